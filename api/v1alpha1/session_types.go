@@ -1,0 +1,217 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// TemplateReference names a SessionTemplate in the session's namespace.
+type TemplateReference struct {
+	// Name of the SessionTemplate.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// SessionSpec is what the user asks of one session.
+type SessionSpec struct {
+	// TemplateRef names the SessionTemplate whose runtime this session runs.
+	// It cannot be changed: create a new session to change templates.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.templateRef is immutable; create a new Session to use another template"
+	TemplateRef TemplateReference `json:"templateRef"`
+
+	// Suspend scales the session's pod to zero while keeping the session.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+}
+
+// SessionPhase is a one-word summary of a session; the conditions hold the
+// detail.
+//
+// +kubebuilder:validation:Enum=Pending;Running;Draining;Suspended;Failed
+type SessionPhase string
+
+// The phases of a session.
+const (
+	SessionPending   SessionPhase = "Pending"
+	SessionRunning   SessionPhase = "Running"
+	SessionDraining  SessionPhase = "Draining"
+	SessionSuspended SessionPhase = "Suspended"
+	SessionFailed    SessionPhase = "Failed"
+)
+
+// DrainReason says why a drain was requested.
+//
+// +kubebuilder:validation:Enum=Update;Idle;Lifetime;Manual
+type DrainReason string
+
+// The reasons for a drain.
+const (
+	// DrainReasonUpdate: the pod runs a stale revision.
+	DrainReasonUpdate DrainReason = "Update"
+	// DrainReasonIdle: the session has been idle past its limit.
+	DrainReasonIdle DrainReason = "Idle"
+	// DrainReasonLifetime: the session has reached its maximum lifetime.
+	DrainReasonLifetime DrainReason = "Lifetime"
+	// DrainReasonManual: a user asked for the drain.
+	DrainReasonManual DrainReason = "Manual"
+)
+
+// DrainRequest asks the runtime of one pod to drain. The controller writes
+// it; the runtime acts on it only when PodUID is its own.
+type DrainRequest struct {
+	// RequestID identifies this request. It is derived from the pod UID, the
+	// reason and the episode (see package drain), so a restarted controller
+	// recomputes the same ID and a new episode never reuses an old one.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	RequestID string `json:"requestID"`
+
+	// PodUID is the UID of the pod whose runtime must drain.
+	PodUID types.UID `json:"podUID"`
+
+	// Reason is why the drain was requested.
+	Reason DrainReason `json:"reason"`
+
+	// Revision is the revision the session moves to, for reason Update.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+
+	// RequestedAt is when the controller first made this request.
+	RequestedAt metav1.Time `json:"requestedAt"`
+}
+
+// RuntimeState is the drain state a runtime reports.
+//
+// +kubebuilder:validation:Enum=Serving;Draining;Drained
+type RuntimeState string
+
+// The states a runtime reports.
+const (
+	// RuntimeServing: the runtime accepts turns (no drain request for it, or
+	// the request was withdrawn and the runtime has reopened).
+	RuntimeServing RuntimeState = "Serving"
+	// RuntimeDraining: the runtime refuses new turns and is finishing
+	// ActiveTurns accepted ones.
+	RuntimeDraining RuntimeState = "Draining"
+	// RuntimeDrained: no turn is active and the runtime is sealed: it accepts
+	// no turn until the request is withdrawn. Deleting the pod is safe.
+	RuntimeDrained RuntimeState = "Drained"
+)
+
+// RuntimeReport is the one part of a session's status the runtime writes,
+// through the status subresource.
+type RuntimeReport struct {
+	// PodUID is the UID of the pod the reporting runtime runs in.
+	PodUID types.UID `json:"podUID"`
+
+	// RequestID is the drain request this report answers; empty while
+	// Serving with no request.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	RequestID string `json:"requestID,omitempty"`
+
+	// State is the runtime's drain state.
+	State RuntimeState `json:"state"`
+
+	// ActiveTurns is the number of accepted turns not yet finished.
+	// +kubebuilder:validation:Minimum=0
+	ActiveTurns int32 `json:"activeTurns"`
+
+	// LastActivity is when the runtime last began or ended a real turn.
+	// +optional
+	LastActivity *metav1.Time `json:"lastActivity,omitempty"`
+
+	// ReportedAt is when the runtime wrote this report.
+	// +optional
+	ReportedAt *metav1.Time `json:"reportedAt,omitempty"`
+}
+
+// SessionStatus is the controller's view of a session, plus the runtime's
+// report. The controller and the runtime write disjoint fields: the
+// controller never writes Runtime.
+type SessionStatus struct {
+	// ObservedGeneration is the session generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Phase summarises the session.
+	// +optional
+	Phase SessionPhase `json:"phase,omitempty"`
+
+	// PodName is the name of the session's pod.
+	// +optional
+	PodName string `json:"podName,omitempty"`
+
+	// PodUID is the UID of the session's current pod.
+	// +optional
+	PodUID types.UID `json:"podUID,omitempty"`
+
+	// CurrentRevision is the StatefulSet revision the pod runs (its
+	// controller-revision-hash label).
+	// +optional
+	CurrentRevision string `json:"currentRevision,omitempty"`
+
+	// UpdateRevision is the revision the pod should run (the StatefulSet's
+	// status.updateRevision).
+	// +optional
+	UpdateRevision string `json:"updateRevision,omitempty"`
+
+	// Conditions: Ready, UpToDate, Draining, Active.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Drain is the outstanding drain request, if any.
+	// +optional
+	Drain *DrainRequest `json:"drain,omitempty"`
+
+	// FailedReplacements counts replacements of failed stale pods since the
+	// session last ran a ready pod; it sets the replacement backoff.
+	// +optional
+	FailedReplacements int32 `json:"failedReplacements,omitempty"`
+
+	// LastReplacementTime is when the controller last deleted the pod.
+	// +optional
+	LastReplacementTime *metav1.Time `json:"lastReplacementTime,omitempty"`
+
+	// Runtime is written by the session's runtime, never by the controller.
+	// +optional
+	Runtime *RuntimeReport `json:"runtime,omitempty"`
+}
+
+// Session is one interactive session: one pod, replaced only between turns.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=sess,categories=lull
+// +kubebuilder:printcolumn:name="Template",type=string,JSONPath=`.spec.templateRef.name`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.currentRevision`
+// +kubebuilder:printcolumn:name="UpToDate",type=string,JSONPath=`.status.conditions[?(@.type=="UpToDate")].status`
+// +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.status.runtime.state`
+// +kubebuilder:printcolumn:name="Turns",type=integer,JSONPath=`.status.runtime.activeTurns`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters: it names the session's StatefulSet, whose pods carry a revision label limited to 63"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter): it names the session's Service"
+type Session struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   SessionSpec   `json:"spec"`
+	Status SessionStatus `json:"status,omitempty"`
+}
+
+// SessionList is a list of Sessions.
+//
+// +kubebuilder:object:root=true
+type SessionList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Session `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Session{}, &SessionList{})
+}

@@ -1,0 +1,66 @@
+package cli
+
+import (
+	"flag"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"lull.dev/lull/internal/manager"
+)
+
+func init() { subcommands = append(subcommands, newControllerCommand) }
+
+func newControllerCommand() *cobra.Command {
+	var (
+		opts       manager.Options
+		kubeconfig string
+		qps        float32
+		burst      int
+		zapOpts    zap.Options
+	)
+	cmd := &cobra.Command{
+		Use:   "controller",
+		Short: "Run the lull controller manager (Session and SessionTemplate controllers)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+			cfg, err := restConfig(kubeconfig)
+			if err != nil {
+				return err
+			}
+			cfg.QPS, cfg.Burst = qps, burst
+			mgr, err := manager.New(cfg, opts)
+			if err != nil {
+				return err
+			}
+			return mgr.Start(ctrl.SetupSignalHandler())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, then in-cluster")
+	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint; 0 disables")
+	f.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz; 0 disables")
+	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect a leader so only one replica acts")
+	f.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease; default: the pod's namespace")
+	f.StringVar(&opts.Namespace, "namespace", "", "watch only this namespace; default: all")
+	f.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 8, "sessions reconciled at once")
+	f.Float32Var(&qps, "kube-api-qps", 100, "client-side limit of API requests per second")
+	f.IntVar(&burst, "kube-api-burst", 200, "client-side burst of API requests")
+	zfs := flag.NewFlagSet("zap", flag.ContinueOnError)
+	zapOpts.BindFlags(zfs)
+	f.AddGoFlagSet(zfs)
+	return cmd
+}
+
+// restConfig loads a client config from an explicit kubeconfig path, or the
+// standard chain: $KUBECONFIG, ~/.kube/config, in-cluster.
+func restConfig(path string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if path != "" {
+		rules.ExplicitPath = path
+	}
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+}

@@ -1,0 +1,25 @@
+// Package cli holds lull's command line: one file per subcommand, each a
+// thin layer over the package that does the work.
+package cli
+
+import (
+	"github.com/spf13/cobra"
+)
+
+// NewRoot returns the lull command with every subcommand attached.
+func NewRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "lull",
+		Short:         "Roll out new runtimes to live session pods between their turns",
+		SilenceUsage:  true,
+		SilenceErrors: false,
+	}
+	for _, add := range subcommands {
+		root.AddCommand(add())
+	}
+	return root
+}
+
+// subcommands is filled by each command's file in its init, so adding a
+// command touches one file.
+var subcommands []func() *cobra.Command

@@ -1,0 +1,103 @@
+package session
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+)
+
+// errNotOwned means an object with the name lull would use exists and is not
+// controlled by the session; lull never adopts or overwrites it.
+type errNotOwned struct{ kind, name string }
+
+func (e errNotOwned) Error() string {
+	return fmt.Sprintf("%s %s exists and is not owned by this session; delete or rename it", e.kind, e.name)
+}
+
+// ensure makes the object named like desired match it: created (with the
+// session as controller owner) when absent, updated when the spec hash lull
+// stamped differs, left alone otherwise. existing receives the object as it
+// is on the server (or in the cache).
+func ensure[T client.Object](ctx context.Context, c client.Client, s *lullv1.Session, desired, existing T, kind string, copySpec func(dst, src T)) error {
+	if err := c.Get(ctx, client.ObjectKeyFromObject(desired), existing); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return err
+		}
+		if err := controllerutil.SetControllerReference(s, desired, c.Scheme()); err != nil {
+			return err
+		}
+		if err := c.Create(ctx, desired); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create %s %s: %w", kind, desired.GetName(), err)
+		}
+		copySpec(existing, desired)
+		return nil
+	}
+	if !metav1.IsControlledBy(existing, s) {
+		return errNotOwned{kind: kind, name: existing.GetName()}
+	}
+	if existing.GetAnnotations()[AnnotationSpecHash] == desired.GetAnnotations()[AnnotationSpecHash] {
+		return nil
+	}
+	copySpec(existing, desired)
+	existing.SetLabels(merge(existing.GetLabels(), desired.GetLabels()))
+	existing.SetAnnotations(merge(existing.GetAnnotations(), desired.GetAnnotations()))
+	if err := c.Update(ctx, existing); err != nil {
+		return fmt.Errorf("update %s %s: %w", kind, existing.GetName(), err)
+	}
+	return nil
+}
+
+func merge(dst, src map[string]string) map[string]string {
+	if dst == nil {
+		dst = map[string]string{}
+	}
+	for k, v := range src {
+		dst[k] = v
+	}
+	return dst
+}
+
+// ensureIdentity makes the runtime's ServiceAccount, Role and RoleBinding.
+func ensureIdentity(ctx context.Context, c client.Client, s *lullv1.Session) error {
+	if err := ensure(ctx, c, s, ServiceAccount(s), &corev1.ServiceAccount{}, "ServiceAccount", func(dst, src *corev1.ServiceAccount) {}); err != nil {
+		return err
+	}
+	if err := ensure(ctx, c, s, Role(s), &rbacv1.Role{}, "Role", func(dst, src *rbacv1.Role) { dst.Rules = src.Rules }); err != nil {
+		return err
+	}
+	return ensure(ctx, c, s, RoleBinding(s), &rbacv1.RoleBinding{}, "RoleBinding", func(dst, src *rbacv1.RoleBinding) {
+		dst.Subjects = src.Subjects
+		dst.RoleRef = src.RoleRef
+	})
+}
+
+// ensureService makes the session's headless Service.
+func ensureService(ctx context.Context, c client.Client, s *lullv1.Session, t *lullv1.SessionTemplate) error {
+	return ensure(ctx, c, s, Service(s, t), &corev1.Service{}, "Service", func(dst, src *corev1.Service) {
+		dst.Spec.Ports = src.Spec.Ports
+		dst.Spec.Selector = src.Spec.Selector
+		dst.Spec.PublishNotReadyAddresses = src.Spec.PublishNotReadyAddresses
+	})
+}
+
+// ensureStatefulSet makes the session's StatefulSet carry the template's
+// current runtime at once: the StatefulSet controller then publishes the new
+// update revision, and the rollout decides when the pod moves to it.
+func ensureStatefulSet(ctx context.Context, c client.Client, s *lullv1.Session, t *lullv1.SessionTemplate) (*appsv1.StatefulSet, error) {
+	existing := &appsv1.StatefulSet{}
+	err := ensure(ctx, c, s, StatefulSet(s, t), existing, "StatefulSet", func(dst, src *appsv1.StatefulSet) {
+		dst.Spec.Replicas = src.Spec.Replicas
+		dst.Spec.Template = src.Spec.Template
+		dst.Spec.UpdateStrategy = src.Spec.UpdateStrategy
+	})
+	return existing, err
+}

@@ -1,0 +1,201 @@
+// Package session holds the Session reconciler: it renders each session's
+// runtime identity, Service and StatefulSet from its template, and moves the
+// session's pod to the update revision by the drain protocol, one step per
+// reconcile as package rollout decides.
+package session
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/rollout"
+)
+
+// Reconciler reconciles Sessions.
+type Reconciler struct {
+	Client   client.Client
+	Recorder recorder.EventRecorder
+	// Clock is read once per reconcile; nil means the real clock.
+	Clock clock.PassiveClock
+
+	// deleted remembers pods this controller deleted, so a reconcile that
+	// runs before the cache shows the deletion does not delete again.
+	deleted expectations
+}
+
+// +kubebuilder:rbac:groups=lull.dev,resources=sessions,verbs=get;list;watch
+// +kubebuilder:rbac:groups=lull.dev,resources=sessions/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups=lull.dev,resources=sessiontemplates,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+
+// Reconcile runs the phases for one session: template, identity, Service,
+// StatefulSet, rollout step, status.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	s := &lullv1.Session{}
+	if err := r.Client.Get(ctx, req.NamespacedName, s); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if s.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil // owner references let the garbage collector remove the rest
+	}
+
+	t := &lullv1.SessionTemplate{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.TemplateRef.Name}, t); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, r.blocked(ctx, s, "TemplateNotFound",
+			fmt.Sprintf("SessionTemplate %q not found in namespace %s; create it or fix spec.templateRef.name", s.Spec.TemplateRef.Name, s.Namespace))
+	}
+
+	if err := ensureIdentity(ctx, r.Client, s); err != nil {
+		return ctrl.Result{}, r.renderFailed(ctx, s, err)
+	}
+	if err := ensureService(ctx, r.Client, s, t); err != nil {
+		return ctrl.Result{}, r.renderFailed(ctx, s, err)
+	}
+	sts, err := ensureStatefulSet(ctx, r.Client, s, t)
+	if err != nil {
+		return ctrl.Result{}, r.renderFailed(ctx, s, err)
+	}
+
+	pod, err := r.pod(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	o := rollout.Observed{Now: r.now(), Session: s, Strategy: t.Spec.UpdatePolicy.Strategy, StatefulSet: sts, Pod: pod}
+	a := rollout.Decide(o)
+	a, err = r.execute(ctx, o, a)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.writeStatus(ctx, s, rollout.NextStatus(o, a)); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: a.RequeueAfter}, nil
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Clock == nil {
+		return time.Now()
+	}
+	return r.Clock.Now()
+}
+
+// pod returns the session's pod (ordinal 0 of its StatefulSet), or nil.
+func (r *Reconciler) pod(ctx context.Context, s *lullv1.Session) (*corev1.Pod, error) {
+	pod := &corev1.Pod{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Name + "-0"}, pod)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	if pod.Labels[lullv1.LabelSession] != s.Name {
+		return nil, nil // not the StatefulSet's pod
+	}
+	if pod.DeletionTimestamp == nil && r.deleted.has(string(pod.UID)) {
+		// The cache has not caught up with our delete yet.
+		now := metav1.NewTime(r.now())
+		pod = pod.DeepCopy()
+		pod.DeletionTimestamp = &now
+	}
+	return pod, nil
+}
+
+// execute carries out a; it returns the action as it was actually done (a
+// delete the API server answered 404 or 409 becomes a Wait).
+func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.Action) (rollout.Action, error) {
+	s := o.Session
+	switch a.Kind {
+	case rollout.RequestDrain:
+		r.Recorder.Eventf(s, o.Pod, corev1.EventTypeNormal, a.Reason, "RequestDrain", a.Message)
+	case rollout.DeletePod:
+		uid := a.PodUID
+		err := r.Client.Delete(ctx, o.Pod, client.Preconditions{UID: &uid})
+		switch {
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+			log.FromContext(ctx).Info("pod already gone or replaced; nothing to delete", "pod", o.Pod.Name, "uid", uid)
+			return rollout.Action{Kind: rollout.Wait, Reason: rollout.ReasonPodTerminating, Drain: a.Drain, Message: a.Message}, nil
+		case err != nil:
+			return a, fmt.Errorf("delete pod %s: %w", o.Pod.Name, err)
+		}
+		r.deleted.add(string(uid), r.now())
+		eventType, note := corev1.EventTypeNormal, a.Message
+		if a.Reason == rollout.ReasonForced {
+			eventType, note = corev1.EventTypeWarning, a.Message+forcedBy(s)
+		}
+		r.Recorder.Eventf(s, o.Pod, eventType, a.Reason, "DeletePod", note)
+	}
+	if a.Reason == rollout.ReasonUpToDate && !meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionUpToDate) {
+		r.Recorder.Eventf(s, o.Pod, corev1.EventTypeNormal, "Updated", "Rollout", a.Message)
+	}
+	return a, nil
+}
+
+// forcedBy says who set the force annotation (the field manager that owns
+// it) and why (the reason annotation), for the Event that records a forced
+// replacement.
+func forcedBy(s *lullv1.Session) string {
+	who := "unknown"
+	for _, mf := range s.ManagedFields {
+		if mf.FieldsV1 != nil && containsField(mf.FieldsV1.Raw, lullv1.AnnotationForceUpdate) {
+			who = mf.Manager
+		}
+	}
+	why := s.Annotations[lullv1.AnnotationForceUpdateReason]
+	if why == "" {
+		why = "none given"
+	}
+	return fmt.Sprintf(" (set by %s; reason: %s)", who, why)
+}
+
+func containsField(raw []byte, annotation string) bool {
+	return len(raw) > 0 && bytes.Contains(raw, []byte(`"f:`+annotation+`"`))
+}
+
+// blocked records a problem that stops the session from being rendered,
+// without touching what is already running.
+func (r *Reconciler) blocked(ctx context.Context, s *lullv1.Session, reason, msg string) error {
+	st := s.Status.DeepCopy()
+	st.ObservedGeneration = s.Generation
+	if st.Phase == "" {
+		st.Phase = lullv1.SessionPending
+	}
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: lullv1.ConditionReady, Status: metav1.ConditionFalse,
+		Reason: reason, Message: msg, ObservedGeneration: s.Generation})
+	if !meta.IsStatusConditionPresentAndEqual(s.Status.Conditions, lullv1.ConditionReady, metav1.ConditionFalse) ||
+		meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionReady).Reason != reason {
+		r.Recorder.Eventf(s, nil, corev1.EventTypeWarning, reason, "Render", msg)
+	}
+	return r.writeStatus(ctx, s, *st)
+}
+
+func (r *Reconciler) renderFailed(ctx context.Context, s *lullv1.Session, err error) error {
+	var notOwned errNotOwned
+	if errors.As(err, &notOwned) {
+		return r.blocked(ctx, s, "NameConflict", err.Error())
+	}
+	return err
+}

@@ -1,0 +1,75 @@
+package session
+
+import (
+	"context"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+)
+
+// IndexTemplateName indexes Sessions by spec.templateRef.name, so a template
+// change finds its sessions in the cache.
+const IndexTemplateName = "spec.templateRef.name"
+
+// Options tune the Session controller.
+type Options struct {
+	// MaxConcurrentReconciles is how many sessions reconcile at once;
+	// zero means 8.
+	MaxConcurrentReconciles int
+}
+
+// SetupWithManager registers the reconciler and its watches: Sessions
+// (spec and the runtime's reports), the objects it owns, the session pods
+// (by their lull.dev/session label), and SessionTemplates (every session of
+// a changed template is re-rendered at once).
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &lullv1.Session{}, IndexTemplateName, func(o client.Object) []string {
+		return []string{o.(*lullv1.Session).Spec.TemplateRef.Name}
+	}); err != nil {
+		return err
+	}
+	if opts.MaxConcurrentReconciles == 0 {
+		opts.MaxConcurrentReconciles = 8
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("session").
+		For(&lullv1.Session{}).
+		Owns(&appsv1.StatefulSet{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToSession)).
+		Watches(&lullv1.SessionTemplate{}, handler.EnqueueRequestsFromMapFunc(r.templateToSessions)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
+		Complete(r)
+}
+
+func podToSession(_ context.Context, o client.Object) []reconcile.Request {
+	name, ok := o.GetLabels()[lullv1.LabelSession]
+	if !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+func (r *Reconciler) templateToSessions(ctx context.Context, o client.Object) []reconcile.Request {
+	var list lullv1.SessionList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{IndexTemplateName: o.GetName()}); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, s := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}})
+	}
+	return reqs
+}

@@ -1,0 +1,61 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+)
+
+// controllerStatus is the part of SessionStatus the controller owns, shaped
+// as a JSON merge patch (RFC 7386): every field is present, so a cleared
+// field is written as null or zero, and status.runtime is absent, so the
+// runtime's report is never overwritten, whatever the cache held.
+type controllerStatus struct {
+	ObservedGeneration  int64                `json:"observedGeneration"`
+	Phase               lullv1.SessionPhase  `json:"phase"`
+	PodName             string               `json:"podName"`
+	PodUID              types.UID            `json:"podUID"`
+	CurrentRevision     string               `json:"currentRevision"`
+	UpdateRevision      string               `json:"updateRevision"`
+	Conditions          []metav1.Condition   `json:"conditions"`
+	Drain               *lullv1.DrainRequest `json:"drain"`
+	FailedReplacements  int32                `json:"failedReplacements"`
+	LastReplacementTime *metav1.Time         `json:"lastReplacementTime"`
+}
+
+func ownedPart(st lullv1.SessionStatus) controllerStatus {
+	return controllerStatus{
+		ObservedGeneration: st.ObservedGeneration, Phase: st.Phase,
+		PodName: st.PodName, PodUID: st.PodUID,
+		CurrentRevision: st.CurrentRevision, UpdateRevision: st.UpdateRevision,
+		Conditions: st.Conditions, Drain: st.Drain,
+		FailedReplacements: st.FailedReplacements, LastReplacementTime: st.LastReplacementTime,
+	}
+}
+
+// writeStatus patches the controller's part of the session status when it
+// differs from what was observed; an unchanged status costs no request.
+func (r *Reconciler) writeStatus(ctx context.Context, s *lullv1.Session, next lullv1.SessionStatus) error {
+	want := ownedPart(next)
+	if equality.Semantic.DeepEqual(ownedPart(s.Status), want) {
+		return nil
+	}
+	body, err := json.Marshal(map[string]any{"status": want})
+	if err != nil {
+		return err
+	}
+	if err := r.Client.Status().Patch(ctx, s, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("patch status of session %s: %w", s.Name, err)
+	}
+	return nil
+}
+
+// FieldManager is the field manager of every write the controller makes.
+const FieldManager = "lull-controller"

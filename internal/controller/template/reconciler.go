@@ -1,0 +1,131 @@
+// Package template holds the SessionTemplate status reconciler: it counts a
+// template's sessions by where they are in the rollout, so `kubectl get
+// sessiontemplates` and `lull status` show progress at a glance.
+package template
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/controller/session"
+)
+
+// MinWriteInterval is the least time between two status writes of one
+// template: during a rollout every session changes several times, and the
+// counts need not be fresher than this.
+const MinWriteInterval = time.Second
+
+// Reconciler writes SessionTemplate status.
+type Reconciler struct {
+	Client client.Client
+
+	mu        sync.Mutex
+	lastWrite map[types.NamespacedName]time.Time
+}
+
+// +kubebuilder:rbac:groups=lull.dev,resources=sessiontemplates/status,verbs=get;patch;update
+
+// Reconcile recounts one template's sessions.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	t := &lullv1.SessionTemplate{}
+	if err := r.Client.Get(ctx, req.NamespacedName, t); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	var list lullv1.SessionList
+	if err := r.Client.List(ctx, &list, client.InNamespace(t.Namespace), client.MatchingFields{session.IndexTemplateName: t.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+	next := Summarize(t, list.Items)
+	if equality.Semantic.DeepEqual(t.Status, next) {
+		return ctrl.Result{}, nil
+	}
+	if wait := r.untilWriteAllowed(req.NamespacedName); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	body, err := json.Marshal(map[string]any{"status": next})
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.Client.Status().Patch(ctx, t, client.RawPatch(types.MergePatchType, body), client.FieldOwner(session.FieldManager)); err != nil {
+		return ctrl.Result{}, fmt.Errorf("patch status of template %s: %w", t.Name, err)
+	}
+	return ctrl.Result{}, nil
+}
+
+// untilWriteAllowed returns how long to wait before the next status write of
+// a template, and records a write now when none is needed.
+func (r *Reconciler) untilWriteAllowed(key types.NamespacedName) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	if wait := r.lastWrite[key].Add(MinWriteInterval).Sub(now); wait > 0 {
+		return wait
+	}
+	if r.lastWrite == nil {
+		r.lastWrite = map[types.NamespacedName]time.Time{}
+	}
+	r.lastWrite[key] = now
+	return 0
+}
+
+// Summarize counts sessions by rollout state. A session is current when its
+// UpToDate condition is True, stale when it is False; draining when it has a
+// drain request outstanding.
+func Summarize(t *lullv1.SessionTemplate, sessions []lullv1.Session) lullv1.SessionTemplateStatus {
+	st := lullv1.SessionTemplateStatus{ObservedGeneration: t.Generation, Revision: session.TemplateRevision(t), Conditions: append([]metav1.Condition(nil), t.Status.Conditions...)}
+	for i := range sessions {
+		s := &sessions[i]
+		st.Sessions++
+		if s.Spec.Suspend {
+			st.Suspended++
+			continue
+		}
+		if s.Status.Drain != nil {
+			st.Draining++
+		}
+		switch c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionUpToDate); {
+		case c == nil:
+		case c.Status == metav1.ConditionTrue:
+			st.Current++
+		case c.Status == metav1.ConditionFalse:
+			st.Stale++
+			if st.OldestStaleSince == nil || c.LastTransitionTime.Before(st.OldestStaleSince) {
+				since := c.LastTransitionTime
+				st.OldestStaleSince = &since
+			}
+		}
+	}
+	rolledOut := metav1.Condition{Type: lullv1.ConditionRolledOut, Status: metav1.ConditionTrue, Reason: "AllCurrent",
+		Message: fmt.Sprintf("%d of %d running sessions run the update revision", st.Current, st.Sessions-st.Suspended), ObservedGeneration: t.Generation}
+	if st.Current < st.Sessions-st.Suspended {
+		rolledOut.Status, rolledOut.Reason = metav1.ConditionFalse, "RollingOut"
+	}
+	meta.SetStatusCondition(&st.Conditions, rolledOut)
+	return st
+}
+
+// SetupWithManager registers the reconciler; any session change recounts
+// its template.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("sessiontemplate").
+		For(&lullv1.SessionTemplate{}).
+		Watches(&lullv1.Session{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			s := o.(*lullv1.Session)
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.TemplateRef.Name}}}
+		})).
+		Complete(r)
+}

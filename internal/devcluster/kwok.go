@@ -1,0 +1,141 @@
+package devcluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// KWOK settings.
+const (
+	// kwokNodeAnnotation marks the nodes kwok manages.
+	kwokNodeAnnotation = "kwok.x-k8s.io/node"
+	kwokNodeIP         = "10.0.0.1"
+	kwokPodCIDR        = "10.244.0.0/16" // room for the node's 1000 pods
+)
+
+// kwokStages are the Stage files (relative to the stage directory) kwok is
+// given: nodes initialize and heartbeat with a lease, pods go Running
+// (Succeeded for Jobs) and are deleted at once when marked for deletion.
+// Each entry is a list of alternatives; the first that exists is used.
+var kwokStages = [][]string{
+	{"node/fast/node-initialize.yaml"},
+	{"node/heartbeat-with-lease/node-heartbeat-with-lease.yaml", "node/heartbeat/node-heartbeat.yaml"},
+	{"pod/fast/pod-ready.yaml"},
+	{"pod/fast/pod-complete.yaml"},
+	{"pod/fast/pod-delete.yaml"},
+}
+
+// writeKwokConfig concatenates the Stage YAMLs into path.
+func writeKwokConfig(stageDir, path string) error {
+	var out bytes.Buffer
+	for _, alternatives := range kwokStages {
+		var data []byte
+		var err error
+		for _, rel := range alternatives {
+			if data, err = os.ReadFile(filepath.Join(stageDir, rel)); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("kwok stage %s: %w", alternatives[0], err)
+		}
+		out.WriteString("---\n")
+		out.Write(bytes.TrimSpace(data))
+		out.WriteString("\n")
+	}
+	return os.WriteFile(path, out.Bytes(), 0o644)
+}
+
+// startKwokAndNode starts kwok, registers the simulated node and waits until
+// it is Ready with no taints left (the node lifecycle controller of
+// kube-controller-manager removes the not-ready taint).
+func (c *Cluster) startKwokAndNode(ctx context.Context, client kubernetes.Interface) error {
+	t := time.Now()
+	logPath := c.LogPath(ComponentKwok)
+	config := c.path("kwok.yaml")
+	if err := writeKwokConfig(c.Binaries.KwokStages, config); err != nil {
+		return &StartError{Step: ComponentKwok, Err: err}
+	}
+	// No --server-address and no --node-port: kwok opens no listener.
+	p, err := c.run(ComponentKwok, c.Binaries.Kwok, []string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--config=" + config,
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector=" + kwokNodeAnnotation + "=fake",
+		"--node-ip=" + kwokNodeIP,
+		"--cidr=" + kwokPodCIDR,
+		"--node-lease-duration-seconds=40",
+	})
+	if err != nil {
+		return &StartError{Step: ComponentKwok, Log: logPath, Err: err}
+	}
+	c.progress("kwok started", t)
+
+	t = time.Now()
+	step := "node " + c.NodeName
+	if _, err := client.CoreV1().Nodes().Create(ctx, c.node(), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return &StartError{Step: step, Err: err}
+	}
+	err = waitReady(ctx, p, readyTimeout, func(ctx context.Context) error {
+		node, err := client.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		return nodeSchedulable(node)
+	})
+	if err != nil {
+		return &StartError{Step: step, Log: logPath, Err: fmt.Errorf("%w (kwok makes it Ready; kube-controller-manager's node lifecycle controller removes the not-ready taint: %s)", err, c.LogPath(ComponentControllerManager))}
+	}
+	c.progress("node %s Ready and schedulable", t, c.NodeName)
+	return nil
+}
+
+// node is the simulated Node: kwok manages it through the annotation.
+func (c *Cluster) node() *corev1.Node {
+	res := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("256"),
+		corev1.ResourceMemory: resource.MustParse("1Ti"),
+		corev1.ResourcePods:   resource.MustParse("1000"),
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        c.NodeName,
+			Annotations: map[string]string{kwokNodeAnnotation: "fake"},
+			Labels: map[string]string{
+				"type":                   "kwok",
+				"kubernetes.io/hostname": c.NodeName,
+				"kubernetes.io/os":       "linux",
+				"kubernetes.io/arch":     "amd64",
+			},
+		},
+		Status: corev1.NodeStatus{Capacity: res, Allocatable: res},
+	}
+}
+
+// nodeSchedulable returns nil once the node is Ready and carries none of
+// the taints the control plane puts on nodes that are not ready.
+func nodeSchedulable(node *corev1.Node) error {
+	ready := slices.ContainsFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool {
+		return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+	})
+	if !ready {
+		return fmt.Errorf("node %s is not Ready", node.Name)
+	}
+	for _, t := range node.Spec.Taints {
+		if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
+			return fmt.Errorf("node %s still has taint %s:%s", node.Name, t.Key, t.Effect)
+		}
+	}
+	return nil
+}

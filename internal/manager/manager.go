@@ -1,0 +1,120 @@
+// Package manager assembles lull's controller manager: the scheme, a cache
+// that holds only lull's own objects, the Session and SessionTemplate
+// controllers, health probes, metrics and leader election.
+package manager
+
+import (
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/controller/session"
+	"lull.dev/lull/internal/controller/template"
+	"lull.dev/lull/internal/requestmetrics"
+)
+
+// Options configure the manager. The zero value is not useful: set at least
+// the addresses (":0" to disable is not supported; use "0").
+type Options struct {
+	// MetricsAddr serves Prometheus metrics; "0" disables.
+	MetricsAddr string
+	// HealthAddr serves /healthz and /readyz; "0" disables.
+	HealthAddr string
+	// LeaderElection enables leader election, so only one replica acts.
+	LeaderElection bool
+	// LeaderElectionNamespace holds the Lease; empty means the in-cluster
+	// namespace.
+	LeaderElectionNamespace string
+	// Namespace, when set, restricts the controller to one namespace.
+	Namespace string
+	// MaxConcurrentReconciles of the Session controller; zero means 8.
+	MaxConcurrentReconciles int
+}
+
+// Scheme returns a scheme with the core, apps and RBAC types and lull's.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := lullv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+func init() {
+	metrics.Registry.MustRegister(requestmetrics.Requests)
+}
+
+// New builds the manager with lull's controllers registered. Objects lull
+// renders are cached only when they carry the lull.dev/session label, so the
+// controller's memory grows with sessions, not with the cluster.
+func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
+	cfg = rest.CopyConfig(cfg)
+	requestmetrics.Instrument(cfg)
+
+	owned, err := labels.NewRequirement(lullv1.LabelSession, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	byLabel := cache.ByObject{Label: labels.NewSelector().Add(*owned)}
+	cacheOpts := cache.Options{
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:            byLabel,
+			&appsv1.StatefulSet{}:    byLabel,
+			&corev1.Service{}:        byLabel,
+			&corev1.ServiceAccount{}: byLabel,
+			&rbacv1.Role{}:           byLabel,
+			&rbacv1.RoleBinding{}:    byLabel,
+		},
+	}
+	if opts.Namespace != "" {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{opts.Namespace: {}}
+	}
+	leaseDuration, renewDeadline := 15*time.Second, 10*time.Second
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  Scheme(),
+		Cache:                   cacheOpts,
+		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
+		HealthProbeBindAddress:  opts.HealthAddr,
+		LeaderElection:          opts.LeaderElection,
+		LeaderElectionID:        "lull-controller.lull.dev",
+		LeaderElectionNamespace: opts.LeaderElectionNamespace,
+		LeaseDuration:           &leaseDuration,
+		RenewDeadline:           &renewDeadline,
+		Logger:                  ctrl.Log.WithName("manager"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	sessions := &session.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("lull-controller")}
+	if err := sessions.SetupWithManager(mgr, session.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}); err != nil {
+		return nil, fmt.Errorf("set up session controller: %w", err)
+	}
+	if err := (&template.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up sessiontemplate controller: %w", err)
+	}
+	return mgr, nil
+}

@@ -1,0 +1,283 @@
+// Package podprocess stands in for the kubelet on the local control plane:
+// KWOK moves pods through their phases without running containers, and this
+// runner starts each running session pod's runtime as a process on the
+// host, authenticated as the pod's ServiceAccount with a TokenRequest token
+// bound to the pod, and given the pod's UID the way the downward API gives
+// it. When the pod is deleted the process is stopped (SIGTERM, then SIGKILL
+// after the grace period), and the replacement pod gets a new process.
+package podprocess
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+)
+
+// EnvJournal names the file a runtime started by the runner may append its
+// turn journal to (one JSON object per line).
+const EnvJournal = "LULL_JOURNAL"
+
+// Options configure a Runner.
+type Options struct {
+	// Config is an admin client config; the runner uses it to watch pods and
+	// to request tokens, never to run a runtime.
+	Config *rest.Config
+	// Server and CAFile are what a runtime's kubeconfig points at.
+	Server, CAFile string
+	// Dir holds the per-pod kubeconfigs, logs and journals; created.
+	Dir string
+	// Command returns the host command that runs a pod's runtime container:
+	// the binary and its arguments. The container's environment is added by
+	// the runner.
+	Command func(pod *corev1.Pod, c *corev1.Container) (string, []string)
+	// GracePeriod is how long a stopped runtime has after SIGTERM; zero
+	// means 5 s.
+	GracePeriod time.Duration
+	// Log receives one line per process start and stop; may be nil.
+	Log io.Writer
+}
+
+// Runner runs one host process per running session pod.
+type Runner struct {
+	opts   Options
+	client kubernetes.Interface
+
+	mu    sync.Mutex
+	procs map[types.UID]*proc
+	wg    sync.WaitGroup
+}
+
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// New returns a runner; Run starts it.
+func New(opts Options) (*Runner, error) {
+	if opts.GracePeriod == 0 {
+		opts.GracePeriod = 5 * time.Second
+	}
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	for _, d := range []string{"kubeconfig", "logs", "journals"} {
+		if err := os.MkdirAll(filepath.Join(opts.Dir, d), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	cs, err := kubernetes.NewForConfig(opts.Config)
+	if err != nil {
+		return nil, err
+	}
+	return &Runner{opts: opts, client: cs, procs: map[types.UID]*proc{}}, nil
+}
+
+// JournalDir is where the runtimes' turn journals are written.
+func (r *Runner) JournalDir() string { return filepath.Join(r.opts.Dir, "journals") }
+
+// Run watches session pods until ctx is done, then stops every process.
+func (r *Runner) Run(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(r.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = lullv1.LabelSession
+	}))
+	inf := factory.Core().V1().Pods().Informer()
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { r.sync(ctx, o.(*corev1.Pod)) },
+		UpdateFunc: func(_, o any) { r.sync(ctx, o.(*corev1.Pod)) },
+		DeleteFunc: func(o any) {
+			if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = t.Obj
+			}
+			if pod, ok := o.(*corev1.Pod); ok {
+				r.stop(pod.UID)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	<-ctx.Done()
+	factory.Shutdown()
+	r.mu.Lock()
+	for uid := range r.procs {
+		go r.stop(uid)
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+	return nil
+}
+
+// sync starts the runtime of a running pod, and stops it once the pod is
+// being deleted or has finished.
+func (r *Runner) sync(ctx context.Context, pod *corev1.Pod) {
+	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
+		r.stop(pod.UID)
+		return
+	}
+	if pod.Status.Phase != corev1.PodRunning || ctx.Err() != nil {
+		return
+	}
+	r.mu.Lock()
+	_, running := r.procs[pod.UID]
+	r.mu.Unlock()
+	if running {
+		return
+	}
+	if err := r.start(ctx, pod); err != nil {
+		fmt.Fprintf(r.opts.Log, "pod %s/%s: cannot start runtime: %v\n", pod.Namespace, pod.Name, err)
+	}
+}
+
+func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
+	c := runtimeContainer(pod)
+	if c == nil {
+		return fmt.Errorf("no containers")
+	}
+	kubeconfig, err := r.writeKubeconfig(ctx, pod)
+	if err != nil {
+		return err
+	}
+	base := fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID)
+	logf, err := os.Create(filepath.Join(r.opts.Dir, "logs", base+".log"))
+	if err != nil {
+		return err
+	}
+	name, args := r.opts.Command(pod, c)
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(containerEnv(pod, c), "KUBECONFIG="+kubeconfig, EnvJournal+"="+filepath.Join(r.JournalDir(), base+".jsonl"), "HOME="+os.Getenv("HOME"), "PATH="+os.Getenv("PATH"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, running := r.procs[pod.UID]; running {
+		logf.Close()
+		return nil
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	r.procs[pod.UID] = p
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		err := cmd.Wait()
+		logf.Close()
+		close(p.done)
+		fmt.Fprintf(r.opts.Log, "pod %s/%s (%s): runtime exited: %v\n", pod.Namespace, pod.Name, pod.UID, exitText(err))
+	}()
+	fmt.Fprintf(r.opts.Log, "pod %s/%s (%s): runtime started, pid %d\n", pod.Namespace, pod.Name, pod.UID, cmd.Process.Pid)
+	return nil
+}
+
+// stop ends a pod's runtime: SIGTERM to its process group, SIGKILL after
+// the grace period. The entry stays in procs so the pod is never started
+// twice.
+func (r *Runner) stop(uid types.UID) {
+	r.mu.Lock()
+	p, ok := r.procs[uid]
+	r.mu.Unlock()
+	if !ok {
+		return
+	}
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(r.opts.GracePeriod):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// writeKubeconfig requests a token for the pod's ServiceAccount, bound to
+// the pod, and writes a kubeconfig that authenticates with it.
+func (r *Runner) writeKubeconfig(ctx context.Context, pod *corev1.Pod) (string, error) {
+	tr, err := r.client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, pod.Spec.ServiceAccountName, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			ExpirationSeconds: ptr.To[int64](24 * 3600),
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("request token for serviceaccount %s: %w", pod.Spec.ServiceAccountName, err)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["dev"] = &clientcmdapi.Cluster{Server: r.opts.Server, CertificateAuthority: r.opts.CAFile}
+	cfg.AuthInfos["runtime"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	cfg.Contexts["dev"] = &clientcmdapi.Context{Cluster: "dev", AuthInfo: "runtime", Namespace: pod.Namespace}
+	cfg.CurrentContext = "dev"
+	path := filepath.Join(r.opts.Dir, "kubeconfig", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID))
+	return path, clientcmd.WriteToFile(*cfg, path)
+}
+
+func runtimeContainer(pod *corev1.Pod) *corev1.Container {
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == "runtime" {
+			return &pod.Spec.Containers[i]
+		}
+	}
+	if len(pod.Spec.Containers) > 0 {
+		return &pod.Spec.Containers[0]
+	}
+	return nil
+}
+
+// containerEnv resolves a container's environment as the kubelet would for
+// literal values and the downward API's pod fields.
+func containerEnv(pod *corev1.Pod, c *corev1.Container) []string {
+	var env []string
+	for _, e := range c.Env {
+		v := e.Value
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			switch e.ValueFrom.FieldRef.FieldPath {
+			case "metadata.name":
+				v = pod.Name
+			case "metadata.namespace":
+				v = pod.Namespace
+			case "metadata.uid":
+				v = string(pod.UID)
+			case "spec.nodeName":
+				v = pod.Spec.NodeName
+			case "spec.serviceAccountName":
+				v = pod.Spec.ServiceAccountName
+			}
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	return env
+}
+
+func exitText(err error) string {
+	if err == nil {
+		return "status 0"
+	}
+	return err.Error()
+}

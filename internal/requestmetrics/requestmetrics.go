@@ -1,0 +1,76 @@
+// Package requestmetrics counts the controller's requests to the API server
+// by verb, resource and status code, so the cost of a rollout (writes per
+// replaced session) can be read off /metrics. client-go's own
+// rest_client_requests_total has no resource label, so it cannot tell an
+// Event from a pod delete.
+package requestmetrics
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
+)
+
+// Requests is lull_controller_api_requests_total{verb, resource, code}:
+// verb is the HTTP method, resource the API resource with its subresource
+// ("pods", "sessions/status", "events"), code the HTTP status or "error".
+var Requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "lull_controller_api_requests_total",
+	Help: "Requests the lull controller sent to the API server, by HTTP verb, resource and status code.",
+}, []string{"verb", "resource", "code"})
+
+// Instrument wraps cfg's transport so every request is counted in Requests.
+func Instrument(cfg *rest.Config) {
+	prev := cfg.WrapTransport
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		if prev != nil {
+			rt = prev(rt)
+		}
+		return roundTripper{next: rt}
+	}
+}
+
+type roundTripper struct{ next http.RoundTripper }
+
+func (t roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	code := "error"
+	if err == nil {
+		code = strconv.Itoa(resp.StatusCode)
+	}
+	Requests.WithLabelValues(req.Method, Resource(req.URL.Path), code).Inc()
+	return resp, err
+}
+
+// Resource returns the resource (and subresource) an API path addresses:
+// "/api/v1/namespaces/ns/pods/p" → "pods",
+// "/apis/lull.dev/v1alpha1/namespaces/ns/sessions/s/status" →
+// "sessions/status". Paths outside /api and /apis return "other".
+func Resource(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 3 && parts[0] == "apis":
+		parts = parts[3:]
+	default:
+		return "other"
+	}
+	if len(parts) >= 2 && parts[0] == "namespaces" {
+		if len(parts) == 2 {
+			return "namespaces"
+		}
+		parts = parts[2:]
+	}
+	switch len(parts) {
+	case 0:
+		return "other"
+	case 1, 2:
+		return parts[0]
+	default:
+		return parts[0] + "/" + parts[2]
+	}
+}

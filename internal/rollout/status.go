@@ -1,0 +1,123 @@
+package rollout
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+)
+
+// NextStatus returns the controller's part of the session status once a has
+// been carried out: phase, pod, revisions, conditions, drain request and
+// replacement bookkeeping. It starts from the observed status, so condition
+// transition times move only when a condition's status changes, and it
+// never touches status.runtime, which belongs to the runtime.
+func NextStatus(o Observed, a Action) lullv1.SessionStatus {
+	s := o.Session
+	st := *s.Status.DeepCopy()
+	st.ObservedGeneration = s.Generation
+	st.Drain = a.Drain
+	st.PodName, st.PodUID, st.CurrentRevision = "", "", ""
+	if o.Pod != nil {
+		st.PodName, st.PodUID, st.CurrentRevision = o.Pod.Name, o.Pod.UID, PodRevision(o.Pod)
+	}
+	st.UpdateRevision = ""
+	if o.StatefulSet != nil {
+		st.UpdateRevision = o.StatefulSet.Status.UpdateRevision
+	}
+
+	if a.Kind == DeletePod {
+		now := metav1.NewTime(o.Now)
+		st.LastReplacementTime = &now
+		if a.PodFailed {
+			st.FailedReplacements++
+		}
+	}
+	ready := a.Kind != DeletePod && o.Pod != nil && o.Pod.DeletionTimestamp == nil && podReady(o.Pod)
+	if ready && a.Reason == ReasonUpToDate {
+		st.FailedReplacements = 0
+	}
+
+	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: typ, Status: status, Reason: reason, Message: msg,
+			ObservedGeneration: s.Generation, LastTransitionTime: metav1.NewTime(o.Now),
+		})
+	}
+
+	switch {
+	case ready:
+		set(lullv1.ConditionReady, metav1.ConditionTrue, "PodReady", fmt.Sprintf("pod %s is running and ready", o.Pod.Name))
+	case s.Spec.Suspend:
+		set(lullv1.ConditionReady, metav1.ConditionFalse, ReasonSuspended, "session is suspended")
+	case o.Pod == nil:
+		set(lullv1.ConditionReady, metav1.ConditionFalse, ReasonPodPending, "session has no pod yet")
+	default:
+		reason, msg := "PodNotReady", fmt.Sprintf("pod %s is %s", o.Pod.Name, o.Pod.Status.Phase)
+		if failed, why := PodFailure(o.Pod); failed {
+			reason, msg = ReasonPodFailed, fmt.Sprintf("pod %s has failed: %s", o.Pod.Name, why)
+		}
+		set(lullv1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	}
+
+	switch a.Reason {
+	case ReasonUpToDate:
+		set(lullv1.ConditionUpToDate, metav1.ConditionTrue, a.Reason, a.Message)
+	case ReasonRevisionUnknown, ReasonStatefulSetPending, ReasonPodPending, ReasonPodTerminating, ReasonSuspended:
+		set(lullv1.ConditionUpToDate, metav1.ConditionUnknown, a.Reason, a.Message)
+	default:
+		set(lullv1.ConditionUpToDate, metav1.ConditionFalse, a.Reason, a.Message)
+	}
+
+	if st.Drain != nil {
+		set(lullv1.ConditionDraining, metav1.ConditionTrue, string(st.Drain.Reason),
+			fmt.Sprintf("drain request %s for pod %s", st.Drain.RequestID, st.Drain.PodUID))
+	} else {
+		set(lullv1.ConditionDraining, metav1.ConditionFalse, "NoDrainRequest", "no drain request is outstanding")
+	}
+
+	switch r := s.Status.Runtime; {
+	case r == nil || o.Pod == nil || r.PodUID != o.Pod.UID:
+		set(lullv1.ConditionActive, metav1.ConditionUnknown, "NoReport", "the runtime of the current pod has not reported")
+	case r.ActiveTurns > 0:
+		set(lullv1.ConditionActive, metav1.ConditionTrue, "TurnsInFlight", fmt.Sprintf("%d turns in flight", r.ActiveTurns))
+	default:
+		set(lullv1.ConditionActive, metav1.ConditionFalse, "Idle", "no turn in flight")
+	}
+
+	st.Phase = phase(o, a, st)
+	return st
+}
+
+func phase(o Observed, a Action, st lullv1.SessionStatus) lullv1.SessionPhase {
+	switch {
+	case o.Session.Spec.Suspend:
+		return lullv1.SessionSuspended
+	case a.Kind == DeletePod || o.Pod == nil || o.Pod.DeletionTimestamp != nil:
+		return lullv1.SessionPending
+	case st.Drain != nil:
+		return lullv1.SessionDraining
+	}
+	if failed, _ := PodFailure(o.Pod); failed {
+		return lullv1.SessionFailed
+	}
+	if o.Pod.Status.Phase == corev1.PodRunning {
+		return lullv1.SessionRunning
+	}
+	return lullv1.SessionPending
+}
+
+func podReady(pod *corev1.Pod) bool {
+	if failed, _ := PodFailure(pod); failed || pod.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -1,0 +1,106 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+)
+
+// Config says which session a runtime serves and how it reaches the API
+// server.
+type Config struct {
+	// SessionName and SessionNamespace name the Session whose runtime this
+	// is (LULL_SESSION_NAME, LULL_SESSION_NAMESPACE).
+	SessionName      string
+	SessionNamespace string
+	// PodName is the name of the pod the runtime runs in (LULL_POD_NAME);
+	// it appears in logs.
+	PodName string
+	// PodUID is the UID of that pod (LULL_POD_UID, from the downward API's
+	// metadata.uid). The runtime acts only on drain requests for it and
+	// reports under it.
+	PodUID types.UID
+	// REST reaches the API server as the session's runtime identity, which
+	// may get and watch the Session and patch its status.
+	REST *rest.Config
+	// Logger receives the runtime's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// ConfigFromEnv returns the Config lull gives a runtime container through
+// its environment: LULL_SESSION_NAME, LULL_SESSION_NAMESPACE, LULL_POD_NAME
+// and LULL_POD_UID, and the REST config from the kubeconfig files in
+// KUBECONFIG when that is set, else from the pod's service account
+// (in-cluster). The error names every variable that is missing.
+func ConfigFromEnv() (Config, error) {
+	var missing []string
+	env := func(name string) string {
+		v := os.Getenv(name)
+		if v == "" {
+			missing = append(missing, name)
+		}
+		return v
+	}
+	cfg := Config{
+		SessionName:      env(lullv1.EnvSessionName),
+		SessionNamespace: env(lullv1.EnvSessionNamespace),
+		PodName:          env(lullv1.EnvPodName),
+		PodUID:           types.UID(env(lullv1.EnvPodUID)),
+	}
+	if len(missing) > 0 {
+		return Config{}, fmt.Errorf("%s not set: lull sets these in a session pod's runtime container; outside a pod, set them by hand", strings.Join(missing, ", "))
+	}
+	rc, err := restConfig()
+	if err != nil {
+		return Config{}, err
+	}
+	cfg.REST = rc
+	return cfg, nil
+}
+
+// restConfig loads KUBECONFIG if it is set, else the in-cluster config. It
+// never falls back to ~/.kube/config: a runtime must not run as its user.
+func restConfig() (*rest.Config, error) {
+	if path := os.Getenv("KUBECONFIG"); path != "" {
+		rules := clientcmd.NewDefaultClientConfigLoadingRules()
+		rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("KUBECONFIG=%s: %w", path, err)
+		}
+		return rc, nil
+	}
+	rc, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("KUBECONFIG is not set and the in-cluster config is unavailable: %w", err)
+	}
+	return rc, nil
+}
+
+// validate returns an error naming every required field that is empty.
+func (c Config) validate() error {
+	var errs []error
+	if c.SessionName == "" {
+		errs = append(errs, errors.New("SessionName is empty"))
+	}
+	if c.SessionNamespace == "" {
+		errs = append(errs, errors.New("SessionNamespace is empty"))
+	}
+	if c.PodUID == "" {
+		errs = append(errs, errors.New("PodUID is empty"))
+	}
+	if c.REST == nil {
+		errs = append(errs, errors.New("REST is nil"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("runtime config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,172 @@
+package runtime
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/drain"
+)
+
+const (
+	// drainingReportInterval is the least time between two Draining
+	// reports of one request that differ only in turn count or activity.
+	drainingReportInterval = time.Second
+	// servingReportInterval is the least time between two reports of the
+	// same state that differ only in turn count or activity outside a
+	// drain: enough for the controller's Active condition and idle clock,
+	// not a write per turn.
+	servingReportInterval = time.Minute
+	// writeTimeout bounds one status write.
+	writeTimeout = 10 * time.Second
+)
+
+// reporter writes the gate's state to status.runtime: at once on a change
+// of state or request (Drained above all: the controller deletes the pod on
+// it), rate-limited for turn counts and activity, never the same report
+// twice, retrying failed writes with backoff. After each write it tells the
+// gate with Published, which reopens a gate waiting on Serving. One reporter
+// is the only writer of status.runtime for its pod, and it writes one report
+// at a time.
+type reporter struct {
+	api  sessionAPI
+	gate *Gate
+	pod  types.UID
+	log  *slog.Logger
+
+	drainingInterval time.Duration
+	servingInterval  time.Duration
+	retry            backoff
+}
+
+func newReporter(api sessionAPI, gate *Gate, pod types.UID, log *slog.Logger) *reporter {
+	return &reporter{
+		api: api, gate: gate, pod: pod, log: log,
+		drainingInterval: drainingReportInterval,
+		servingInterval:  servingReportInterval,
+		retry:            backoff{initial: 100 * time.Millisecond, max: 10 * time.Second},
+	}
+}
+
+// run reports until ctx is done.
+func (r *reporter) run(ctx context.Context) {
+	snapshots, cancel := r.gate.Subscribe()
+	defer cancel()
+	timer := time.NewTimer(0)
+	timer.Stop()
+	defer timer.Stop()
+
+	var (
+		latest    Snapshot
+		written   *lullv1.RuntimeReport // last report known to be on the server; nil if unknown
+		writtenAt time.Time
+		notBefore time.Time // end of the retry backoff
+	)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case latest = <-snapshots:
+		case <-timer.C:
+		}
+		want := reportFor(r.pod, latest)
+		if sameReport(want, written) {
+			r.gate.Published(written.State)
+			continue
+		}
+		now := time.Now()
+		if at := laterOf(notBefore, r.due(want, written, writtenAt)); now.Before(at) {
+			timer.Reset(at.Sub(now))
+			continue
+		}
+		if err := r.write(ctx, want); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			written = nil // the write may or may not have landed
+			d := r.retry.step()
+			notBefore = now.Add(d)
+			timer.Reset(d)
+			r.log.Error("writing runtime report failed; retrying", "state", want.State, "request", want.RequestID, "err", err, "retryIn", d.Round(time.Millisecond))
+			continue
+		}
+		r.retry.reset()
+		notBefore = time.Time{}
+		written, writtenAt = want, time.Now()
+		r.gate.Published(want.State)
+	}
+}
+
+// due returns when want may be written, given the last report written: at
+// once for a new state, request or pod, after the state's interval for a
+// change of turn count or activity only.
+func (r *reporter) due(want, written *lullv1.RuntimeReport, writtenAt time.Time) time.Time {
+	if written == nil || want.State != written.State || want.RequestID != written.RequestID || want.PodUID != written.PodUID {
+		return time.Time{}
+	}
+	if want.State == lullv1.RuntimeDraining {
+		return writtenAt.Add(r.drainingInterval)
+	}
+	return writtenAt.Add(r.servingInterval)
+}
+
+// write patches status.runtime with report, stamped with the time.
+func (r *reporter) write(ctx context.Context, report *lullv1.RuntimeReport) error {
+	stamped := report.DeepCopy()
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	stamped.ReportedAt = &now
+	patch, err := drain.EncodeReport(stamped)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	if err := r.api.PatchStatus(ctx, patch); err != nil {
+		return err
+	}
+	r.log.Debug("reported", "state", report.State, "request", report.RequestID, "activeTurns", report.ActiveTurns)
+	return nil
+}
+
+// reportFor returns the report of pod for snapshot s, without ReportedAt.
+// LastActivity is kept to the second, the precision the API stores.
+func reportFor(pod types.UID, s Snapshot) *lullv1.RuntimeReport {
+	r := &lullv1.RuntimeReport{
+		PodUID:      pod,
+		RequestID:   s.RequestID,
+		State:       s.State,
+		ActiveTurns: int32(s.ActiveTurns),
+	}
+	if !s.LastActivity.IsZero() {
+		t := metav1.NewTime(s.LastActivity.Truncate(time.Second))
+		r.LastActivity = &t
+	}
+	return r
+}
+
+// sameReport reports whether a and b say the same, ReportedAt aside.
+func sameReport(a, b *lullv1.RuntimeReport) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.PodUID == b.PodUID && a.RequestID == b.RequestID && a.State == b.State &&
+		a.ActiveTurns == b.ActiveTurns && timeEqual(a.LastActivity, b.LastActivity)
+}
+
+func timeEqual(a, b *metav1.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(b)
+}
+
+func laterOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,159 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/drain"
+)
+
+// A watch that ends sooner than minWatchLife without an error counts as a
+// failure, so a watch the server keeps closing is not reopened in a hot loop.
+const minWatchLife = time.Second
+
+var errSessionDeleted = errors.New("session was deleted")
+
+// observation is what the runtime takes from one version of its Session.
+type observation struct {
+	// requestID and reason of the drain request for this runtime's pod;
+	// empty when there is none.
+	requestID string
+	reason    lullv1.DrainReason
+	// keep: the session names another pod (or none) as its pod, so a
+	// missing request is not a withdrawal: this runtime is being replaced,
+	// and a drained gate stays sealed.
+	keep bool
+	// ignored explains a request for this pod that was not acted on.
+	ignored string
+}
+
+// observe reads the drain request of pod from s. A request for another pod
+// is no request. A request whose ID is malformed is ignored: its Drained
+// report could not be written, so draining for it would only refuse turns.
+func observe(s *lullv1.Session, pod types.UID) observation {
+	if d := s.Status.Drain; d != nil && d.PodUID == pod {
+		if _, _, err := drain.ParseRequestID(d.RequestID); err != nil {
+			return observation{keep: s.Status.PodUID != pod, ignored: err.Error()}
+		}
+		return observation{requestID: d.RequestID, reason: d.Reason}
+	}
+	return observation{keep: s.Status.PodUID != pod}
+}
+
+// apply hands the drain request in s to the gate.
+func (r *Runtime) apply(s *lullv1.Session) {
+	o := observe(s, r.cfg.PodUID)
+	if o.ignored != "" {
+		r.log.Error("ignoring drain request with a malformed ID", "err", o.ignored)
+	}
+	before := r.gate.Snapshot()
+	switch {
+	case o.requestID != "":
+		if before.RequestID != o.requestID {
+			r.log.Info("drain requested: refusing new turns", "request", o.requestID, "reason", o.reason, "activeTurns", before.ActiveTurns)
+		}
+		r.gate.SetRequest(o.requestID, o.reason)
+	case o.keep:
+		// Not a withdrawal: the session has moved on to another pod.
+	default:
+		if before.RequestID != "" {
+			r.log.Info("drain request withdrawn: reopening once Serving is published", "request", before.RequestID)
+		}
+		r.gate.SetRequest("", "")
+	}
+}
+
+// getSession reads the Session, retrying with backoff until it succeeds or
+// ctx is done (then it returns nil).
+func (r *Runtime) getSession(ctx context.Context, b *backoff) *lullv1.Session {
+	for {
+		s, err := r.api.Get(ctx)
+		if err == nil {
+			return s
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		d := b.step()
+		r.log.Error("reading session failed; retrying", "err", err, "retryIn", d.Round(time.Millisecond))
+		if !sleep(ctx, d) {
+			return nil
+		}
+	}
+}
+
+// watch follows the Session until ctx is done, starting from s (already
+// applied). Whenever a watch ends it reads the Session again and watches
+// from there, so no change is missed; it never lists.
+func (r *Runtime) watch(ctx context.Context, s *lullv1.Session) {
+	b := backoff{initial: 200 * time.Millisecond, max: 30 * time.Second}
+	for {
+		if s == nil {
+			if s = r.getSession(ctx, &b); s == nil {
+				return
+			}
+			r.apply(s)
+		}
+		started := time.Now()
+		err := r.follow(ctx, s.ResourceVersion)
+		s = nil
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil && time.Since(started) >= minWatchLife {
+			b.reset()
+			continue
+		}
+		if err == nil {
+			err = errors.New("watch closed at once")
+		}
+		d := b.step()
+		r.log.Error("watching session failed; reading it again", "err", err, "retryIn", d.Round(time.Millisecond))
+		if !sleep(ctx, d) {
+			return
+		}
+	}
+}
+
+// follow applies the events of one watch from resourceVersion. It returns
+// nil when the watch closes or ctx is done, and an error for a failed watch.
+func (r *Runtime) follow(ctx context.Context, resourceVersion string) error {
+	w, err := r.api.Watch(ctx, resourceVersion)
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return nil
+			}
+			switch ev.Type {
+			case watch.Added, watch.Modified:
+				s, ok := ev.Object.(*lullv1.Session)
+				if !ok {
+					return fmt.Errorf("watch sent a %T, want a Session", ev.Object)
+				}
+				if s.Name == r.cfg.SessionName && s.Namespace == r.cfg.SessionNamespace {
+					r.apply(s)
+				}
+			case watch.Deleted:
+				if s, ok := ev.Object.(*lullv1.Session); ok && s.Name == r.cfg.SessionName {
+					return errSessionDeleted
+				}
+			case watch.Error:
+				return apierrors.FromObject(ev.Object)
+			}
+		}
+	}
+}
