@@ -38,8 +38,9 @@ test: tools verify-generated
 	$(GO) test -race -count=1 ./runtime/... ./internal/agent/... ./drain/...
 	$(GO) test -count=1 -timeout 30m ./...
 
+# Unit tests only: no control plane needed.
 test-unit:
-	$(GO) test -count=1 -short ./...
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e /test/ -e /internal/devcluster)
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeReport -fuzztime 30s ./drain/

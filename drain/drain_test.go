@@ -193,6 +193,67 @@ func TestEncodeReportHoldsOnlyStatusRuntime(t *testing.T) {
 	}
 }
 
+// mergePatch applies an RFC 7386 JSON merge patch to doc.
+func mergePatch(doc, patch any) any {
+	p, ok := patch.(map[string]any)
+	if !ok {
+		return patch
+	}
+	d, ok := doc.(map[string]any)
+	if !ok {
+		d = map[string]any{}
+	}
+	for k, v := range p {
+		if v == nil {
+			delete(d, k)
+		} else {
+			d[k] = mergePatch(d[k], v)
+		}
+	}
+	return d
+}
+
+// TestEncodeReportReplacesThePreviousReport applies report patches as the
+// API server does, one over the other: status.runtime must hold exactly the
+// last report, with nothing left over from an earlier one (another pod's,
+// or a withdrawn request's), and the rest of status untouched.
+func TestEncodeReportReplacesThePreviousReport(t *testing.T) {
+	la := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	id := drain.RequestID(podA, lullv1.DrainReasonUpdate, "rev-2")
+	var doc any = map[string]any{"status": map[string]any{"phase": "Running"}}
+	for _, r := range []*lullv1.RuntimeReport{
+		{PodUID: podA, RequestID: id, State: lullv1.RuntimeDrained, LastActivity: &la, ReportedAt: &la},
+		{PodUID: podB, State: lullv1.RuntimeServing},
+		{PodUID: podB, RequestID: id, State: lullv1.RuntimeDraining, ActiveTurns: 3},
+		{PodUID: podB, State: lullv1.RuntimeServing, ActiveTurns: 1, LastActivity: &la},
+	} {
+		b, err := drain.EncodeReport(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var patch any
+		if err := json.Unmarshal(b, &patch); err != nil {
+			t.Fatal(err)
+		}
+		doc = mergePatch(doc, patch)
+		status := doc.(map[string]any)["status"].(map[string]any)
+		if status["phase"] != "Running" {
+			t.Fatalf("patch %s changed status.phase", b)
+		}
+		stored, err := json.Marshal(status["runtime"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got lullv1.RuntimeReport
+		if err := json.Unmarshal(stored, &got); err != nil {
+			t.Fatal(err)
+		}
+		if !equalReports(&got, r) {
+			t.Errorf("after patch %s status.runtime = %s, want exactly %+v", b, stored, r)
+		}
+	}
+}
+
 func TestDecodeReportRejects(t *testing.T) {
 	good, err := drain.EncodeReport(&lullv1.RuntimeReport{PodUID: podA, State: lullv1.RuntimeServing})
 	if err != nil {

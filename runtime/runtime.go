@@ -82,7 +82,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 	}
 	// The drain request is applied before the first report, so a runtime
 	// restarted in a pod being drained does not first report Serving.
-	s := r.getSession(ctx, &backoff{initial: r.reporter.retry.initial, max: r.reporter.retry.max})
+	s := r.getSession(ctx, newReadBackoff())
 	if s == nil {
 		return nil
 	}

@@ -3,6 +3,8 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,12 +68,15 @@ func (k *kubeSession) Get(ctx context.Context) (*lullv1.Session, error) {
 }
 
 // Watch watches the one Session through a field selector on its name, the
-// form of watch a Role limited by resourceNames allows.
+// form of watch a Role limited by resourceNames allows. The server ends the
+// watch after 5 to 10 minutes (as client-go's reflector asks), so a
+// connection that died silently is replaced.
 func (k *kubeSession) Watch(ctx context.Context, resourceVersion string) (watch.Interface, error) {
+	timeout := int64((5*time.Minute + rand.N(5*time.Minute)) / time.Second)
 	return k.c.Watch(ctx, &lullv1.SessionList{},
 		client.InNamespace(k.key.Namespace),
 		client.MatchingFields{"metadata.name": k.key.Name},
-		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: resourceVersion}},
+		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: resourceVersion, TimeoutSeconds: &timeout}},
 	)
 }
 

@@ -60,14 +60,14 @@ func TestExpiredLeaseReleasesTheDrain(t *testing.T) {
 
 func TestRenewKeepsALeasedTurn(t *testing.T) {
 	g := openGate(t)
-	const lease = 40 * time.Millisecond
+	const lease = 300 * time.Millisecond
 	turn, err := g.BeginTurn(TurnOptions{Lease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
 	g.SetRequest(req1, lullv1.DrainReasonUpdate)
-	for range 8 { // 8 × lease/4 = twice the lease
-		time.Sleep(lease / 4)
+	for range 12 { // 12 × lease/10 outlives the lease
+		time.Sleep(lease / 10)
 		exp, err := turn.Renew()
 		if err != nil {
 			t.Fatalf("Renew: %v", err)

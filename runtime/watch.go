@@ -20,6 +20,12 @@ const minWatchLife = time.Second
 
 var errSessionDeleted = errors.New("session was deleted")
 
+// newReadBackoff returns the backoff between failed reads and watches of
+// the Session.
+func newReadBackoff() *backoff {
+	return &backoff{initial: 200 * time.Millisecond, max: 30 * time.Second}
+}
+
 // observation is what the runtime takes from one version of its Session.
 type observation struct {
 	// requestID and reason of the drain request for this runtime's pod;
@@ -93,10 +99,10 @@ func (r *Runtime) getSession(ctx context.Context, b *backoff) *lullv1.Session {
 // applied). Whenever a watch ends it reads the Session again and watches
 // from there, so no change is missed; it never lists.
 func (r *Runtime) watch(ctx context.Context, s *lullv1.Session) {
-	b := backoff{initial: 200 * time.Millisecond, max: 30 * time.Second}
+	b := newReadBackoff()
 	for {
 		if s == nil {
-			if s = r.getSession(ctx, &b); s == nil {
+			if s = r.getSession(ctx, b); s == nil {
 				return
 			}
 			r.apply(s)

@@ -172,9 +172,10 @@ type SessionStatus struct {
 	// +optional
 	FailedReplacements int32 `json:"failedReplacements,omitempty"`
 
-	// LastReplacementTime is when the controller last deleted the pod.
+	// LastFailedReplacementTime is when the controller last replaced a
+	// failed stale pod; with FailedReplacements it sets the backoff.
 	// +optional
-	LastReplacementTime *metav1.Time `json:"lastReplacementTime,omitempty"`
+	LastFailedReplacementTime *metav1.Time `json:"lastFailedReplacementTime,omitempty"`
 
 	// Runtime is written by the session's runtime, never by the controller.
 	// +optional

@@ -177,8 +177,8 @@ func (in *SessionStatus) DeepCopyInto(out *SessionStatus) {
 		*out = new(DrainRequest)
 		(*in).DeepCopyInto(*out)
 	}
-	if in.LastReplacementTime != nil {
-		in, out := &in.LastReplacementTime, &out.LastReplacementTime
+	if in.LastFailedReplacementTime != nil {
+		in, out := &in.LastFailedReplacementTime, &out.LastFailedReplacementTime
 		*out = (*in).DeepCopy()
 	}
 	if in.Runtime != nil {

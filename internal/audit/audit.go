@@ -16,6 +16,7 @@ package audit
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"sync"
@@ -66,6 +67,7 @@ type Auditor struct {
 	drainedAt map[types.UID]time.Time // first matching Drained report per pod
 	drainedRV map[types.UID]uint64    // resourceVersion of that report
 	deletions map[types.UID]*Deletion
+	exempt    map[types.UID]string
 }
 
 // Start begins watching pods and sessions; it returns once the caches have
@@ -76,7 +78,7 @@ func Start(ctx context.Context, cfg *rest.Config) (*Auditor, error) {
 		return nil, err
 	}
 	a := &Auditor{cache: c, pods: map[types.UID]*corev1.Pod{}, sessions: map[types.NamespacedName]*lullv1.Session{},
-		drainedAt: map[types.UID]time.Time{}, drainedRV: map[types.UID]uint64{}, deletions: map[types.UID]*Deletion{}}
+		drainedAt: map[types.UID]time.Time{}, drainedRV: map[types.UID]uint64{}, deletions: map[types.UID]*Deletion{}, exempt: map[types.UID]string{}}
 	podInf, err := c.GetInformer(ctx, &corev1.Pod{})
 	if err != nil {
 		return nil, err
@@ -171,6 +173,14 @@ func rv(o metav1.Object) uint64 {
 	return n
 }
 
+// Exempt marks a pod whose deletion is not the controller's doing (a test
+// deleting it as "someone else"), so its deletion is not judged.
+func (a *Auditor) Exempt(uid types.UID, why string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.exempt[uid] = why
+}
+
 // Deletions returns every session pod deletion seen so far, oldest first.
 func (a *Auditor) Deletions() []Deletion {
 	a.mu.Lock()
@@ -197,20 +207,42 @@ type Report struct {
 	Violations  []string
 }
 
-// Check reads the journals in journalDir and judges every deletion seen.
-// Under a Drain policy, any violation fails the run.
-func (a *Auditor) Check(journalDir string) (Report, error) {
+// Check reads the journals in journalDir and judges every deletion seen in
+// namespace ns (all namespaces when ns is empty). Under a Drain policy, any
+// violation fails the run.
+func (a *Auditor) Check(journalDir, ns string) (Report, error) {
 	entries, err := journal.ReadDir(journalDir)
 	if err != nil {
 		return Report{}, err
 	}
+	if ns != "" {
+		kept := entries[:0]
+		for _, e := range entries {
+			if e.Namespace == ns {
+				kept = append(kept, e)
+			}
+		}
+		entries = kept
+	}
 	turns, refused := journal.Turns(entries)
-	r := Report{Deletions: a.Deletions(), Refused: refused}
+	r := Report{Refused: refused}
+	a.mu.Lock()
+	exempt := maps.Clone(a.exempt)
+	a.mu.Unlock()
 	deleted := map[types.UID]Deletion{}
-	for _, d := range r.Deletions {
+	for _, d := range a.Deletions() {
+		if ns != "" && d.Namespace != ns {
+			continue
+		}
+		r.Deletions = append(r.Deletions, d)
 		deleted[d.PodUID] = d
+		if _, ok := exempt[d.PodUID]; ok {
+			d.Forced = true // judged like a forced replacement
+			deleted[d.PodUID] = d
+			continue
+		}
 		if !d.Drained && !d.Failed && !d.Forced {
-			r.Violations = append(r.Violations, fmt.Sprintf("pod %s/%s (%s) was deleted without a matching Drained report", d.Namespace, d.Pod, d.PodUID))
+			r.Violations = append(r.Violations, fmt.Sprintf("pod %s/%s (%s) was deleted at %s without a matching Drained report (healthy, not forced)", d.Namespace, d.Pod, d.PodUID, d.At.Format(time.RFC3339Nano)))
 		}
 	}
 	for _, t := range turns {

@@ -106,7 +106,7 @@ func Run(ctx context.Context, env *localenv.Env, o Options) (Summary, error) {
 	// Let the last replaced runtimes start their first turns, so the
 	// journals show the new pods at work.
 	time.Sleep(time.Second)
-	rep, err := auditor.Check(env.Runner.JournalDir())
+	rep, err := auditor.Check(env.Runner.JournalDir(), o.Namespace)
 	if err != nil {
 		return Summary{}, err
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -211,6 +212,14 @@ func (c *Cluster) run(component, bin string, args []string) (*process, error) {
 	}
 	c.procs = append(c.procs, p)
 	return p, nil
+}
+
+// discard stops p and forgets it: a start attempt that lost a port race.
+func (c *Cluster) discard(p *process) {
+	p.stop(stopGrace)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.procs = slices.DeleteFunc(c.procs, func(q *process) bool { return q == p })
 }
 
 // Healthy returns an error naming every component that has exited; nil

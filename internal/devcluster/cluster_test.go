@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -263,6 +264,24 @@ func processesMentioning(s string) []string {
 }
 
 func TestTwoClustersDoNotCollide(t *testing.T) {
+	// Also lose two port races: hand the first etcd and the first
+	// single-port component a port that is already taken.
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	busyPort := busy.Addr().(*net.TCPAddr).Port
+	taken := map[int]bool{}
+	portHook = func(ports []int) []int {
+		if !taken[len(ports)] {
+			taken[len(ports)] = true
+			ports[0] = busyPort
+		}
+		return ports
+	}
+	t.Cleanup(func() { portHook = nil })
+
 	var (
 		wg       sync.WaitGroup
 		clusters [2]*Cluster

@@ -26,15 +26,39 @@ const (
 
 // kwokStages are the Stage files (relative to the stage directory) kwok is
 // given: nodes initialize and heartbeat with a lease, pods go Running
-// (Succeeded for Jobs) and are deleted at once when marked for deletion.
-// Each entry is a list of alternatives; the first that exists is used.
+// (Succeeded for Jobs). Each entry is a list of alternatives; the first that
+// exists is used. Pod deletion is podDeleteStage, not kwok's own.
 var kwokStages = [][]string{
 	{"node/fast/node-initialize.yaml"},
 	{"node/heartbeat-with-lease/node-heartbeat-with-lease.yaml", "node/heartbeat/node-heartbeat.yaml"},
 	{"pod/fast/pod-ready.yaml"},
 	{"pod/fast/pod-complete.yaml"},
-	{"pod/fast/pod-delete.yaml"},
 }
+
+// podDeleteStage finishes the deletion of pods marked for deletion, except
+// session pods (label lull.dev/session). kwok deletes by name without a UID
+// precondition, and a StatefulSet recreates its pod under the same name: a
+// delete kwok queued for the old pod can remove the new one, and under load
+// it does, in a loop. Session pods are finished instead by the pod runner
+// (package podprocess), as a kubelet does: runtime stopped, then a delete
+// with grace period 0 and the pod's UID as precondition.
+const podDeleteStage = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-delete
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'Exists'
+    - key: '.metadata.labels["lull.dev/session"]'
+      operator: 'DoesNotExist'
+  next:
+    delete: true
+`
 
 // writeKwokConfig concatenates the Stage YAMLs into path.
 func writeKwokConfig(stageDir, path string) error {
@@ -54,6 +78,7 @@ func writeKwokConfig(stageDir, path string) error {
 		out.Write(bytes.TrimSpace(data))
 		out.WriteString("\n")
 	}
+	out.WriteString("---\n" + podDeleteStage)
 	return os.WriteFile(path, out.Bytes(), 0o644)
 }
 

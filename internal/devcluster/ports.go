@@ -7,12 +7,20 @@ import (
 	"sync"
 )
 
+// portAttempts is how many times a component that lost a port race is
+// started.
+const portAttempts = 3
+
 // handedOut remembers every port freePorts returned in this process, so two
 // clusters started at once never get the same port even though each
 // listener is closed before the component binds it.
 var (
 	portsMu   sync.Mutex
 	handedOut = map[int]bool{}
+
+	// portHook, when set (by tests), may replace the ports freePorts
+	// returns, e.g. with one already taken.
+	portHook func([]int) []int
 )
 
 // freePorts returns n distinct free TCP ports on 127.0.0.1. Another process
@@ -43,6 +51,9 @@ func freePorts(n int) ([]int, error) {
 		}
 		handedOut[port] = true
 		ports = append(ports, port)
+	}
+	if portHook != nil {
+		ports = portHook(ports)
 	}
 	return ports, nil
 }

@@ -20,6 +20,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
@@ -62,8 +63,9 @@ type Runner struct {
 	opts   Options
 	client kubernetes.Interface
 
-	mu    sync.Mutex
-	procs map[types.UID]*proc
+	mu         sync.Mutex
+	procs      map[types.UID]*proc
+	finalizing map[types.UID]bool
 	wg    sync.WaitGroup
 }
 
@@ -85,11 +87,16 @@ func New(opts Options) (*Runner, error) {
 			return nil, err
 		}
 	}
-	cs, err := kubernetes.NewForConfig(opts.Config)
+	// A kubelet's pace, not client-go's default of 5 requests a second: a
+	// rollout of hundreds of sessions needs a token and a final delete for
+	// each pod within seconds.
+	cfg := rest.CopyConfig(opts.Config)
+	cfg.QPS, cfg.Burst = 500, 1000
+	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Runner{opts: opts, client: cs, procs: map[types.UID]*proc{}}, nil
+	return &Runner{opts: opts, client: cs, procs: map[types.UID]*proc{}, finalizing: map[types.UID]bool{}}, nil
 }
 
 // JournalDir is where the runtimes' turn journals are written.
@@ -131,7 +138,11 @@ func (r *Runner) Run(ctx context.Context) error {
 // sync starts the runtime of a running pod, and stops it once the pod is
 // being deleted or has finished.
 func (r *Runner) sync(ctx context.Context, pod *corev1.Pod) {
-	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
+	if pod.DeletionTimestamp != nil {
+		r.finalize(ctx, pod)
+		return
+	}
+	if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
 		r.stop(pod.UID)
 		return
 	}
@@ -145,7 +156,7 @@ func (r *Runner) sync(ctx context.Context, pod *corev1.Pod) {
 		return
 	}
 	if err := r.start(ctx, pod); err != nil {
-		fmt.Fprintf(r.opts.Log, "pod %s/%s: cannot start runtime: %v\n", pod.Namespace, pod.Name, err)
+		r.logf("pod %s/%s: cannot start runtime: %v\n", pod.Namespace, pod.Name, err)
 	}
 }
 
@@ -187,10 +198,40 @@ func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
 		err := cmd.Wait()
 		logf.Close()
 		close(p.done)
-		fmt.Fprintf(r.opts.Log, "pod %s/%s (%s): runtime exited: %v\n", pod.Namespace, pod.Name, pod.UID, exitText(err))
+		r.logf("pod %s/%s (%s): runtime exited: %v\n", pod.Namespace, pod.Name, pod.UID, exitText(err))
 	}()
-	fmt.Fprintf(r.opts.Log, "pod %s/%s (%s): runtime started, pid %d\n", pod.Namespace, pod.Name, pod.UID, cmd.Process.Pid)
+	r.logf("pod %s/%s (%s): runtime started, pid %d\n", pod.Namespace, pod.Name, pod.UID, cmd.Process.Pid)
 	return nil
+}
+
+// finalize finishes a pod's deletion as a kubelet does: the runtime is
+// stopped, then the pod is deleted with grace period 0 and its UID as a
+// precondition, so a new pod of the same name is never touched. It runs
+// once per pod UID.
+func (r *Runner) finalize(ctx context.Context, pod *corev1.Pod) {
+	r.mu.Lock()
+	if r.finalizing[pod.UID] {
+		r.mu.Unlock()
+		return
+	}
+	r.finalizing[pod.UID] = true
+	r.mu.Unlock()
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.stop(pod.UID)
+		uid := pod.UID
+		err := r.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+			GracePeriodSeconds: ptr.To[int64](0),
+			Preconditions:      &metav1.Preconditions{UID: &uid},
+		})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			r.logf("pod %s/%s (%s): finish deletion: %v\n", pod.Namespace, pod.Name, uid, err)
+			r.mu.Lock()
+			delete(r.finalizing, uid) // the next update retries
+			r.mu.Unlock()
+		}
+	}()
 }
 
 // stop ends a pod's runtime: SIGTERM to its process group, SIGKILL after
@@ -273,6 +314,11 @@ func containerEnv(pod *corev1.Pod, c *corev1.Container) []string {
 		env = append(env, e.Name+"="+v)
 	}
 	return env
+}
+
+// logf writes one time-stamped line to the runner's log.
+func (r *Runner) logf(format string, args ...any) {
+	fmt.Fprintf(r.opts.Log, time.Now().Format("15:04:05.000000")+" "+format, args...)
 }
 
 func exitText(err error) string {

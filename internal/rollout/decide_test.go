@@ -115,14 +115,14 @@ func TestDecide(t *testing.T) {
 				o.Pod.Status.Phase = corev1.PodFailed
 				o.Session.Status.FailedReplacements = 2 // backoff 10 s
 				last := metav1.NewTime(now.Add(-4 * time.Second))
-				o.Session.Status.LastReplacementTime = &last
+				o.Session.Status.LastFailedReplacementTime = &last
 			}, kind: Wait, why: ReasonReplacementBackoff, after: 6 * time.Second},
 		{name: "failed stale pod after the backoff is replaced",
 			edit: func(o *Observed) {
 				o.Pod.Status.Phase = corev1.PodFailed
 				o.Session.Status.FailedReplacements = 2
 				last := metav1.NewTime(now.Add(-11 * time.Second))
-				o.Session.Status.LastReplacementTime = &last
+				o.Session.Status.LastFailedReplacementTime = &last
 			}, kind: DeletePod, why: ReasonPodFailed},
 		{name: "force-update true replaces a stale pod without a drain",
 			edit: func(o *Observed) { o.Session.Annotations = map[string]string{lullv1.AnnotationForceUpdate: "true"} },
@@ -267,7 +267,7 @@ func TestNextStatus(t *testing.T) {
 		f.o.Pod.Status.Phase = corev1.PodFailed
 		a := Decide(f.o)
 		st := NextStatus(f.o, a)
-		if st.FailedReplacements != 1 || st.LastReplacementTime == nil || !st.LastReplacementTime.Time.Equal(now) || st.Phase != lullv1.SessionPending {
+		if st.FailedReplacements != 1 || st.LastFailedReplacementTime == nil || !st.LastFailedReplacementTime.Time.Equal(now) || st.Phase != lullv1.SessionPending {
 			t.Fatalf("status = %+v", st)
 		}
 	})

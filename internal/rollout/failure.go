@@ -56,8 +56,8 @@ func Backoff(failedReplacements int32) time.Duration {
 }
 
 func backoffRemaining(st lullv1.SessionStatus, now time.Time) time.Duration {
-	if st.LastReplacementTime == nil {
+	if st.LastFailedReplacementTime == nil {
 		return 0
 	}
-	return st.LastReplacementTime.Add(Backoff(st.FailedReplacements)).Sub(now)
+	return st.LastFailedReplacementTime.Add(Backoff(st.FailedReplacements)).Sub(now)
 }

@@ -29,12 +29,10 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 		st.UpdateRevision = o.StatefulSet.Status.UpdateRevision
 	}
 
-	if a.Kind == DeletePod {
+	if a.Kind == DeletePod && a.PodFailed {
 		now := metav1.NewTime(o.Now)
-		st.LastReplacementTime = &now
-		if a.PodFailed {
-			st.FailedReplacements++
-		}
+		st.LastFailedReplacementTime = &now
+		st.FailedReplacements++
 	}
 	ready := a.Kind != DeletePod && o.Pod != nil && o.Pod.DeletionTimestamp == nil && podReady(o.Pod)
 	if ready && a.Reason == ReasonUpToDate {
@@ -118,6 +116,27 @@ func podReady(pod *corev1.Pod) bool {
 		if c.Type == corev1.PodReady {
 			return c.Status == corev1.ConditionTrue
 		}
+	}
+	return false
+}
+
+// Passing reports whether the session is passing through a state that
+// normally lasts well under a second: the StatefulSet controller has not yet
+// published the new revision, the old pod is terminating, the new pod is
+// not yet created or not yet running, or its runtime has not yet reported.
+// The reconciler writes such a state only if it lasts (see
+// session.SettleDelay), which keeps a replacement to two status writes:
+// the drain request, and the session running its new pod.
+func Passing(o Observed, a Action) bool {
+	switch a.Reason {
+	case ReasonRevisionUnknown, ReasonPodTerminating, ReasonPodPending, ReasonStatefulSetPending:
+		return true
+	case ReasonUpToDate:
+		if !podReady(o.Pod) {
+			return true
+		}
+		r := o.Session.Status.Runtime
+		return r == nil || r.PodUID != o.Pod.UID
 	}
 	return false
 }

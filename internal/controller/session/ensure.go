@@ -47,10 +47,14 @@ func ensure[T client.Object](ctx context.Context, c client.Client, s *lullv1.Ses
 	if existing.GetAnnotations()[AnnotationSpecHash] == desired.GetAnnotations()[AnnotationSpecHash] {
 		return nil
 	}
+	// A merge patch, not an update: the cached object's resourceVersion is
+	// often behind (the StatefulSet controller writes status), and what lull
+	// renders is the whole of what it owns.
+	patch := client.MergeFrom(existing.DeepCopyObject().(T))
 	copySpec(existing, desired)
 	existing.SetLabels(merge(existing.GetLabels(), desired.GetLabels()))
 	existing.SetAnnotations(merge(existing.GetAnnotations(), desired.GetAnnotations()))
-	if err := c.Update(ctx, existing); err != nil {
+	if err := c.Patch(ctx, existing, patch, client.FieldOwner(FieldManager)); err != nil {
 		return fmt.Errorf("update %s %s: %w", kind, existing.GetName(), err)
 	}
 	return nil

@@ -37,3 +37,37 @@ func (e *expectations) has(key string) bool {
 	t, ok := e.keys[key]
 	return ok && time.Since(t) <= expectationTTL
 }
+
+// passingStates remembers, per session, the passing state it is in and since
+// when. The zero value is ready to use.
+type passingStates struct {
+	mu     sync.Mutex
+	states map[string]passingState
+}
+
+type passingState struct {
+	state string
+	since time.Time
+}
+
+// since returns when the session entered state, recording now if it has
+// just entered it.
+func (p *passingStates) since(session, state string, now time.Time) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.states == nil {
+		p.states = map[string]passingState{}
+	}
+	if cur, ok := p.states[session]; ok && cur.state == state {
+		return cur.since
+	}
+	p.states[session] = passingState{state: state, since: now}
+	return now
+}
+
+// forget drops a session's passing state.
+func (p *passingStates) forget(session string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.states, session)
+}

@@ -36,6 +36,8 @@ type Reconciler struct {
 	// deleted remembers pods this controller deleted, so a reconcile that
 	// runs before the cache shows the deletion does not delete again.
 	deleted expectations
+	// passing remembers since when a session has been in a passing state.
+	passing passingStates
 }
 
 // +kubebuilder:rbac:groups=lull.dev,resources=sessions,verbs=get;list;watch
@@ -89,10 +91,44 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.writeStatus(ctx, s, rollout.NextStatus(o, a)); err != nil {
+	result := ctrl.Result{RequeueAfter: a.RequeueAfter}
+	if wait := r.settle(req.NamespacedName, o, a); wait > 0 {
+		// A passing state: look again once it has lasted SettleDelay.
+		if result.RequeueAfter == 0 || wait < result.RequeueAfter {
+			result.RequeueAfter = wait
+		}
+		return result, nil
+	}
+	next := rollout.NextStatus(o, a)
+	if err := r.writeStatus(ctx, s, next); err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{RequeueAfter: a.RequeueAfter}, nil
+	if meta.IsStatusConditionTrue(next.Conditions, lullv1.ConditionUpToDate) &&
+		!meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionUpToDate) && s.Status.UpdateRevision != "" {
+		r.Recorder.Eventf(s, o.Pod, corev1.EventTypeNormal, "Updated", "Rollout", a.Message)
+	}
+	return result, nil
+}
+
+// SettleDelay is how long a passing state (rollout.Passing) must last before
+// it is written to status.
+const SettleDelay = 5 * time.Second
+
+// settle returns how long to wait before a passing state may be written, or
+// 0 when the status should be written now.
+func (r *Reconciler) settle(key types.NamespacedName, o rollout.Observed, a rollout.Action) time.Duration {
+	if a.Kind == rollout.DeletePod && !a.PodFailed {
+		// The pod is on its way out: what status would say now (Pending)
+		// is itself passing. A failed pod's replacement is written at once,
+		// for its backoff bookkeeping.
+		return SettleDelay
+	}
+	if a.Kind != rollout.Wait || !rollout.Passing(o, a) {
+		r.passing.forget(key.String())
+		return 0
+	}
+	since := r.passing.since(key.String(), a.Reason, o.Now)
+	return since.Add(SettleDelay).Sub(o.Now)
 }
 
 func (r *Reconciler) now() time.Time {
@@ -147,9 +183,6 @@ func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.
 			eventType, note = corev1.EventTypeWarning, a.Message+forcedBy(s)
 		}
 		r.Recorder.Eventf(s, o.Pod, eventType, a.Reason, "DeletePod", note)
-	}
-	if a.Reason == rollout.ReasonUpToDate && !meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionUpToDate) {
-		r.Recorder.Eventf(s, o.Pod, corev1.EventTypeNormal, "Updated", "Rollout", a.Message)
 	}
 	return a, nil
 }

@@ -18,16 +18,16 @@ import (
 // field is written as null or zero, and status.runtime is absent, so the
 // runtime's report is never overwritten, whatever the cache held.
 type controllerStatus struct {
-	ObservedGeneration  int64                `json:"observedGeneration"`
-	Phase               lullv1.SessionPhase  `json:"phase"`
-	PodName             string               `json:"podName"`
-	PodUID              types.UID            `json:"podUID"`
-	CurrentRevision     string               `json:"currentRevision"`
-	UpdateRevision      string               `json:"updateRevision"`
-	Conditions          []metav1.Condition   `json:"conditions"`
-	Drain               *lullv1.DrainRequest `json:"drain"`
-	FailedReplacements  int32                `json:"failedReplacements"`
-	LastReplacementTime *metav1.Time         `json:"lastReplacementTime"`
+	ObservedGeneration        int64                `json:"observedGeneration"`
+	Phase                     lullv1.SessionPhase  `json:"phase"`
+	PodName                   string               `json:"podName"`
+	PodUID                    types.UID            `json:"podUID"`
+	CurrentRevision           string               `json:"currentRevision"`
+	UpdateRevision            string               `json:"updateRevision"`
+	Conditions                []metav1.Condition   `json:"conditions"`
+	Drain                     *lullv1.DrainRequest `json:"drain"`
+	FailedReplacements        int32                `json:"failedReplacements"`
+	LastFailedReplacementTime *metav1.Time         `json:"lastFailedReplacementTime"`
 }
 
 func ownedPart(st lullv1.SessionStatus) controllerStatus {
@@ -36,18 +36,26 @@ func ownedPart(st lullv1.SessionStatus) controllerStatus {
 		PodName: st.PodName, PodUID: st.PodUID,
 		CurrentRevision: st.CurrentRevision, UpdateRevision: st.UpdateRevision,
 		Conditions: st.Conditions, Drain: st.Drain,
-		FailedReplacements: st.FailedReplacements, LastReplacementTime: st.LastReplacementTime,
+		FailedReplacements: st.FailedReplacements, LastFailedReplacementTime: st.LastFailedReplacementTime,
 	}
 }
 
 // writeStatus patches the controller's part of the session status when it
 // differs from what was observed; an unchanged status costs no request.
+// The patch carries the observed resourceVersion, so a status computed from
+// a stale cache (a reconcile that runs before the cache shows this
+// controller's last write) is refused with a Conflict and recomputed,
+// instead of reverting that write (lastFailedReplacementTime,
+// failedReplacements, the drain request).
 func (r *Reconciler) writeStatus(ctx context.Context, s *lullv1.Session, next lullv1.SessionStatus) error {
 	want := ownedPart(next)
 	if equality.Semantic.DeepEqual(ownedPart(s.Status), want) {
 		return nil
 	}
-	body, err := json.Marshal(map[string]any{"status": want})
+	body, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": s.ResourceVersion},
+		"status":   want,
+	})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,193 @@
+// Package agent is `lull agent`: a sidecar that runs the runtime SDK for a
+// session runtime written in any language and serves it a small JSON API on
+// loopback or a unix socket, versioned under /v1:
+//
+//	POST   /v1/turns              begin a turn, body optional {"lease":"30s"}:
+//	                              201 {"id":"t-…","leaseExpiresAt":…};
+//	                              503 {"error":"draining",…} + Retry-After
+//	DELETE /v1/turns/{id}         end a turn: 204, 404 if unknown or expired
+//	POST   /v1/turns/{id}/renew   renew a turn's lease: 200 with the new expiry
+//	GET    /v1/drain              the drain state (runtime.Snapshot)
+//	GET    /v1/drain/stream       the drain state as Server-Sent Events
+//	POST   /v1/activity           record activity that is not a turn: 204
+//	GET    /healthz               liveness: 200, records no activity
+//
+// The API has no authentication: whoever reaches it can hold a drain open.
+// That is why it listens only on loopback or a unix socket.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"lull.dev/lull/runtime"
+)
+
+// DefaultListen is the address the agent listens on by default.
+const DefaultListen = "127.0.0.1:8377"
+
+// shutdownTimeout bounds a graceful stop of the HTTP server.
+const shutdownTimeout = 5 * time.Second
+
+// Gate is the part of the runtime SDK the agent serves; *runtime.Runtime
+// and *runtime.Gate have it.
+type Gate interface {
+	BeginTurn(runtime.TurnOptions) (*runtime.Turn, error)
+	Bump()
+	Snapshot() runtime.Snapshot
+	Subscribe() (snapshots <-chan runtime.Snapshot, cancel func())
+}
+
+// Server serves the agent API over a Gate. It is an http.Handler.
+type Server struct {
+	gate    Gate
+	log     *slog.Logger
+	handler http.Handler
+
+	mu    sync.Mutex
+	turns map[string]*runtime.Turn // by ID; holds only turns begun here
+}
+
+// New returns a Server for g; log nil means slog.Default().
+func New(g Gate, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{gate: g, log: log, turns: make(map[string]*runtime.Turn)}
+	s.handler = s.routes()
+	return s
+}
+
+// ServeHTTP serves the agent API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// Serve serves the API on ln until ctx is done, then stops gracefully
+// (open drain streams end with ctx) and closes ln. It returns nil after a
+// stop caused by ctx.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 5 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	stopped := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(stopped)
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			s.log.Warn("agent API did not stop in time", "err", err)
+		}
+	})
+	s.log.Info("agent API listening", "addr", ln.Addr().String())
+	err := srv.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		<-stopped
+		return nil
+	}
+	stop()
+	return err
+}
+
+// Run is `lull agent`: it reads the runtime Config from the environment
+// (runtime.ConfigFromEnv), listens on listen (see Listen), and runs the
+// runtime and the API until ctx is done or either fails.
+func Run(ctx context.Context, listen string, log *slog.Logger) error {
+	cfg, err := runtime.ConfigFromEnv()
+	if err != nil {
+		return err
+	}
+	cfg.Logger = log
+	rt, err := runtime.New(cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := Listen(listen)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- rt.Run(ctx) }()
+	err = New(rt, log).Serve(ctx, ln)
+	cancel()
+	return errors.Join(err, <-ran)
+}
+
+// Listen listens on addr: "unix:///path/agent.sock" for a unix socket, or
+// host:port where host is a loopback address or "localhost". Anything else
+// is refused: the API is unauthenticated. A stale socket file left by an
+// earlier agent is replaced; a socket another process still serves is not.
+// The socket is made readable and writable by owner and group (0660).
+func Listen(addr string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
+		return listenUnix(path)
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen address %q: want host:port on loopback or unix:///path: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, fmt.Errorf("listen address %q: the agent API is unauthenticated, so it listens only on loopback (127.0.0.1, ::1, localhost) or a unix socket", addr)
+	}
+	return net.Listen("tcp", addr)
+}
+
+func listenUnix(path string) (net.Listener, error) {
+	if path == "" {
+		return nil, errors.New("listen address unix://: want unix:///path/agent.sock")
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("listen on %s: another process serves this socket", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("remove stale socket: %w", err)
+		}
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("socket permissions: %w", err)
+	}
+	return ln, nil
+}
+
+// addTurn records a turn begun through the API and forgets turns that have
+// ended or expired since.
+func (s *Server) addTurn(t *runtime.Turn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, old := range s.turns {
+		if old.Err() != nil {
+			delete(s.turns, id)
+		}
+	}
+	s.turns[t.ID()] = t
+}
+
+func (s *Server) turn(id string) *runtime.Turn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.turns[id]
+}
+
+func (s *Server) removeTurn(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.turns, id)
+}

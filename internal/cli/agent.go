@@ -1,0 +1,52 @@
+package cli
+
+import (
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"lull.dev/lull/internal/agent"
+)
+
+func init() { subcommands = append(subcommands, newAgentCommand) }
+
+// newAgentCommand returns `lull agent`, the drain sidecar for runtimes in
+// any language.
+func newAgentCommand() *cobra.Command {
+	var listen string
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the drain sidecar that serves a session runtime's turn gate over local HTTP",
+		Long: `Run the drain sidecar of a session runtime.
+
+The agent watches the session for drain requests for its pod, reports the
+runtime's drain state in the session's status, and serves the runtime a
+JSON API on loopback or a unix socket:
+
+  POST   /v1/turns              begin a turn; body optional {"lease":"30s"}
+                                (503 with Retry-After while draining)
+  DELETE /v1/turns/{id}         end a turn
+  POST   /v1/turns/{id}/renew   renew a turn's lease
+  GET    /v1/drain              drain state
+  GET    /v1/drain/stream       drain state as Server-Sent Events
+  POST   /v1/activity           record activity that is not a turn
+  GET    /healthz               liveness (records no activity)
+
+It reads LULL_SESSION_NAME, LULL_SESSION_NAMESPACE, LULL_POD_NAME and
+LULL_POD_UID, which lull sets in a session pod, and reaches the API server
+through KUBECONFIG if set, else the pod's service account.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			return agent.Run(ctx, listen, log)
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", agent.DefaultListen,
+		"address of the agent API: host:port on loopback, or unix:///path/agent.sock")
+	return cmd
+}

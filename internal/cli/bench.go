@@ -1,0 +1,55 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"lull.dev/lull/internal/bench"
+	"lull.dev/lull/internal/localenv"
+)
+
+func init() { subcommands = append(subcommands, newBenchCommand) }
+
+func newBenchCommand() *cobra.Command {
+	o := bench.Options{Namespace: "bench", Sessions: 200, Timeout: 10 * time.Minute}
+	var stateDir string
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure a Drain rollout of many idle sessions on the local control plane",
+		Long: `Start the local control plane (as lull dev does), create --sessions sessions
+whose runtimes are idle, roll out a runtime update under the Drain strategy,
+and print: time to converge, controller API writes per replaced session,
+Drained-report-to-delete latency (p50/p99), controller peak RSS and CPU.
+Exits non-zero if a target is missed. See docs/benchmarks.md.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			out := cmd.OutOrStdout()
+			env, err := localenv.Up(ctx, localenv.Options{StateDir: stateDir, Progress: out})
+			if err != nil {
+				return err
+			}
+			defer env.Down()
+			o.Out = out
+			r, err := bench.Run(ctx, env, o)
+			if err != nil {
+				return fmt.Errorf("%w (logs in %s)", err, env.Cluster.StateDir)
+			}
+			if !r.Print(out) {
+				return errors.New("a benchmark target was missed")
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.Sessions, "sessions", o.Sessions, "number of sessions")
+	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "limit for the sessions to start and for the rollout")
+	f.StringVar(&stateDir, "state-dir", "", "directory for the cluster's state and logs (default: a new temp dir)")
+	return cmd
+}

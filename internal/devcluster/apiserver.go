@@ -1,0 +1,100 @@
+package devcluster
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+)
+
+// startAPIServer starts kube-apiserver on a free port, writes the
+// kubeconfigs that point at it and waits for /readyz.
+func (c *Cluster) startAPIServer(ctx context.Context) error {
+	logPath := c.LogPath(ComponentAPIServer)
+	cc := &c.certs
+	for attempt := 1; ; attempt++ {
+		t := time.Now()
+		ports, err := freePorts(1)
+		if err != nil {
+			return &StartError{Step: ComponentAPIServer, Err: err}
+		}
+		c.Server = fmt.Sprintf("https://%s:%d", loopbackHost, ports[0])
+		if err := c.writeKubeconfigs(); err != nil {
+			return &StartError{Step: "kubeconfigs", Err: err}
+		}
+		p, err := c.run(ComponentAPIServer, c.Binaries.APIServer, []string{
+			"--etcd-servers=" + c.EtcdURL,
+			"--bind-address=" + loopbackHost,
+			// The endpoint reconcilers refuse a loopback address; nothing in
+			// the cluster can reach the apiserver through the kubernetes
+			// Service anyway (no pod runs), so it gets no endpoints.
+			"--advertise-address=" + loopbackHost,
+			"--endpoint-reconciler-type=none",
+			"--secure-port=" + strconv.Itoa(ports[0]),
+			"--cert-dir=" + c.path(ComponentAPIServer),
+			"--tls-cert-file=" + cc.apiServer.CertFile,
+			"--tls-private-key-file=" + cc.apiServer.KeyFile,
+			"--client-ca-file=" + c.CAFile,
+			"--authorization-mode=Node,RBAC",
+			"--service-account-issuer=" + saIssuer,
+			"--service-account-key-file=" + cc.saPubFile,
+			"--service-account-signing-key-file=" + cc.saKeyFile,
+			"--service-cluster-ip-range=" + serviceCIDR,
+			"--allow-privileged=true",
+			// Request-header authentication for aggregated APIs; it also
+			// gives the controller-manager and scheduler the CA bundle their
+			// delegated authentication expects (else they log errors).
+			"--requestheader-client-ca-file=" + c.CAFile,
+			"--requestheader-allowed-names=" + frontProxyUser,
+			"--requestheader-username-headers=X-Remote-User",
+			"--requestheader-group-headers=X-Remote-Group",
+			"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+			"--proxy-client-cert-file=" + cc.frontProxy.CertFile,
+			"--proxy-client-key-file=" + cc.frontProxy.KeyFile,
+		})
+		if err != nil {
+			return &StartError{Step: ComponentAPIServer, Log: logPath, Err: err}
+		}
+		client, err := kubernetes.NewForConfig(c.Config)
+		if err != nil {
+			return &StartError{Step: ComponentAPIServer, Err: err}
+		}
+		err = waitReady(ctx, p, readyTimeout, func(ctx context.Context) error {
+			_, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+			return err
+		})
+		if err != nil {
+			if attempt < portAttempts && addrInUse(logPath) {
+				c.discard(p)
+				c.progress("%s lost a port race, restarting on new ports", t, ComponentAPIServer)
+				continue
+			}
+			return &StartError{Step: ComponentAPIServer, Log: logPath, Err: err}
+		}
+		c.progress("kube-apiserver ready on %s", t, c.Server)
+		return nil
+	}
+}
+
+// writeKubeconfigs writes the admin, controller-manager and scheduler
+// kubeconfigs for c.Server and sets c.Config.
+func (c *Cluster) writeKubeconfigs() error {
+	cc := &c.certs
+	ca := c.pki.caPEM
+	c.Kubeconfig = c.path("admin.kubeconfig")
+	cc.kcmKubeconfig = c.path(ComponentControllerManager + ".kubeconfig")
+	cc.schedKubeconfig = c.path(ComponentScheduler + ".kubeconfig")
+	for path, id := range map[string]certFiles{
+		c.Kubeconfig:       cc.admin,
+		cc.kcmKubeconfig:   cc.kcmClient,
+		cc.schedKubeconfig: cc.schedClient,
+	} {
+		if err := writeKubeconfig(path, c.Server, ca, id); err != nil {
+			return err
+		}
+	}
+	c.Config = restConfig(c.Server, ca, cc.admin)
+	return nil
+}

@@ -1,0 +1,186 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/drain"
+)
+
+const (
+	testPod  types.UID = "pod-uid-1"
+	otherPod types.UID = "pod-uid-2"
+)
+
+// fakeSession is a sessionAPI over one Session held in memory. Every status
+// patch must be a report drain.DecodeReport accepts; it replaces
+// status.runtime.
+type fakeSession struct {
+	mu       sync.Mutex
+	session  *lullv1.Session
+	rv       int
+	watchers []*watch.RaceFreeFakeWatcher
+	watchRVs []string
+	gets     int
+	reports  []*lullv1.RuntimeReport
+
+	// Hooks, set before Run. getErr and patchErr, when they return an
+	// error, fail the call; patchErr may also say the patch landed anyway.
+	getErr   func() error
+	patchErr func(r *lullv1.RuntimeReport) (err error, landed bool)
+	// onReport runs, with fakeSession.mu held, when a report lands.
+	onReport func(r *lullv1.RuntimeReport)
+}
+
+func newFakeSession() *fakeSession {
+	return &fakeSession{
+		session: &lullv1.Session{
+			ObjectMeta: metav1.ObjectMeta{Name: "s1", Namespace: "ns", ResourceVersion: "1"},
+			Status:     lullv1.SessionStatus{PodUID: testPod, Phase: lullv1.SessionRunning},
+		},
+		rv: 1,
+	}
+}
+
+func (f *fakeSession) Get(context.Context) (*lullv1.Session, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gets++
+	if f.getErr != nil {
+		if err := f.getErr(); err != nil {
+			return nil, err
+		}
+	}
+	return f.session.DeepCopy(), nil
+}
+
+func (f *fakeSession) Watch(_ context.Context, rv string) (watch.Interface, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w := watch.NewRaceFreeFake()
+	f.watchers = append(f.watchers, w)
+	f.watchRVs = append(f.watchRVs, rv)
+	return w, nil
+}
+
+func (f *fakeSession) PatchStatus(_ context.Context, patch []byte) error {
+	r, err := drain.DecodeReport(patch)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.patchErr != nil {
+		if err, landed := f.patchErr(r); err != nil {
+			if landed {
+				f.land(r)
+			}
+			return err
+		}
+	}
+	f.land(r)
+	return nil
+}
+
+func (f *fakeSession) land(r *lullv1.RuntimeReport) {
+	f.reports = append(f.reports, r)
+	f.session.Status.Runtime = r
+	f.bump()
+	if f.onReport != nil {
+		f.onReport(r)
+	}
+}
+
+// bump makes a new version of the session. f.mu is held.
+func (f *fakeSession) bump() {
+	f.rv++
+	f.session.ResourceVersion = strconv.Itoa(f.rv)
+}
+
+// update changes the session as the controller would and sends the new
+// version to open watches.
+func (f *fakeSession) update(change func(*lullv1.SessionStatus)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	change(&f.session.Status)
+	f.bump()
+	for _, w := range f.watchers {
+		w.Modify(f.session.DeepCopy())
+	}
+}
+
+// requestDrain writes a drain request for pod into status.drain.
+func (f *fakeSession) requestDrain(id string, pod types.UID) {
+	f.update(func(s *lullv1.SessionStatus) {
+		s.Drain = &lullv1.DrainRequest{RequestID: id, PodUID: pod, Reason: lullv1.DrainReasonUpdate, RequestedAt: metav1.Now()}
+	})
+}
+
+func (f *fakeSession) withdraw() { f.update(func(s *lullv1.SessionStatus) { s.Drain = nil }) }
+
+// lastReport returns the report last landed, or nil.
+func (f *fakeSession) lastReport() *lullv1.RuntimeReport {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.reports) == 0 {
+		return nil
+	}
+	return f.reports[len(f.reports)-1].DeepCopy()
+}
+
+func (f *fakeSession) reportCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.reports)
+}
+
+// startRuntime runs a runtime for testPod against f until the test ends.
+func startRuntime(t *testing.T, f *fakeSession) *Runtime {
+	t.Helper()
+	rt := newRuntime(Config{SessionName: "s1", SessionNamespace: "ns", PodName: "s1-0", PodUID: testPod,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, f)
+	rt.reporter.retry = backoff{initial: time.Millisecond, max: 5 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Error("Run did not return after its context was cancelled")
+		}
+	})
+	return rt
+}
+
+// waitReport waits until the last landed report satisfies ok.
+func waitReport(t *testing.T, f *fakeSession, what string, ok func(*lullv1.RuntimeReport) bool) *lullv1.RuntimeReport {
+	t.Helper()
+	var r *lullv1.RuntimeReport
+	waitFor(t, what, func() bool {
+		r = f.lastReport()
+		return r != nil && ok(r)
+	})
+	return r
+}
+
+func isState(s lullv1.RuntimeState, id string) func(*lullv1.RuntimeReport) bool {
+	return func(r *lullv1.RuntimeReport) bool { return r.State == s && r.RequestID == id }
+}
+
+var errInjected = errors.New("injected failure")

@@ -1,0 +1,71 @@
+// Package e2e runs rollout scenarios on the full local control plane (etcd,
+// kube-apiserver, kube-controller-manager, kube-scheduler, KWOK), with the
+// lull controller as its own process and one reference runtime process per
+// running session pod. Every scenario ends with an independent audit: no pod
+// holding an active turn was deleted, and no healthy pod was deleted without
+// a matching Drained report.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"lull.dev/lull/internal/audit"
+	"lull.dev/lull/internal/localenv"
+	"lull.dev/lull/internal/scenario"
+)
+
+var (
+	env     *localenv.Env
+	c       client.Client
+	auditor *audit.Auditor
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "lull-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	bin := filepath.Join(dir, "lull")
+	build := exec.Command("go", "build", "-o", bin, "lull.dev/lull/cmd/lull")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: build lull:", err)
+		return 1
+	}
+	ctx := context.Background()
+	env, err = localenv.Up(ctx, localenv.Options{StateDir: filepath.Join(dir, "state"), Progress: os.Stderr, LullBinary: bin})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer env.Down()
+	if c, err = scenario.NewClient(env.Cluster.Config); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	auditCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if auditor, err = audit.Start(auditCtx, env.Cluster.Config); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "e2e: state and logs kept in %s\n", dir)
+		return code
+	}
+	_ = os.RemoveAll(dir)
+	return code
+}
