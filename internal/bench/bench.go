@@ -44,6 +44,9 @@ type Result struct {
 	// Writes counts the controller's write requests (POST, PUT, PATCH,
 	// DELETE) during the rollout by "VERB resource".
 	Writes map[string]float64
+	// StatusWrites counts session status patches during the rollout by
+	// the rollout reason that caused them.
+	StatusWrites map[string]float64
 	// ReportToDelete are the latencies from the first sight of a matching
 	// Drained report to the first sight of the pod's deletion.
 	ReportToDelete []time.Duration
@@ -93,6 +96,10 @@ func Run(ctx context.Context, env *localenv.Env, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	status0, err := scrapeCounter(env.MetricsURL(), "lull_session_status_writes_total", "reason")
+	if err != nil {
+		return Result{}, err
+	}
 	cpu0, err := cpuTime(pid)
 	if err != nil {
 		return Result{}, err
@@ -111,6 +118,16 @@ func Run(ctx context.Context, env *localenv.Env, o Options) (Result, error) {
 	writes1, err := scrapeWrites(env.MetricsURL())
 	if err != nil {
 		return Result{}, err
+	}
+	status1, err := scrapeCounter(env.MetricsURL(), "lull_session_status_writes_total", "reason")
+	if err != nil {
+		return Result{}, err
+	}
+	r.StatusWrites = map[string]float64{}
+	for k, v := range status1 {
+		if d := v - status0[k]; d > 0 {
+			r.StatusWrites[k] = d
+		}
 	}
 	cpu1, err := cpuTime(pid)
 	if err != nil {
@@ -225,6 +242,34 @@ func scrapeWrites(url string) (map[string]float64, error) {
 	return out, sc.Err()
 }
 
+// scrapeCounter reads a counter vector from /metrics and sums it by one
+// label.
+func scrapeCounter(url, name, label string) (map[string]float64, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		labels, value, ok := strings.Cut(strings.TrimPrefix(sc.Text(), name+"{"), "} ")
+		if !ok || !strings.HasPrefix(sc.Text(), name+"{") {
+			continue
+		}
+		n, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return nil, err
+		}
+		for _, kv := range strings.Split(labels, ",") {
+			if k, v, _ := strings.Cut(kv, "="); k == label {
+				out[strings.Trim(v, `"`)] += n
+			}
+		}
+	}
+	return out, sc.Err()
+}
+
 // peakRSS returns a process's VmHWM in bytes.
 func peakRSS(pid int) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -255,6 +300,19 @@ func cpuTime(pid int) (time.Duration, error) {
 		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
 	}
 	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
+
+func byKey(m map[string]float64) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %.0f", k, m[k])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Percentile returns the p-th percentile (0–100) of sorted durations, by
@@ -291,6 +349,7 @@ func (r Result) Print(w io.Writer) (ok bool) {
 	for _, k := range keys {
 		fmt.Fprintf(w, "      %-28s %6.0f  (%.2f / session)\n", k, r.Writes[k], r.Writes[k]/float64(max(r.Replaced, 1)))
 	}
+	fmt.Fprintf(w, "  session status writes by reason: %s\n", byKey(r.StatusWrites))
 	fmt.Fprintf(w, "  Drained report → delete:       p50 %s, p99 %s, max %s (n=%d)\n", p50.Round(time.Millisecond), p99.Round(time.Millisecond),
 		Percentile(r.ReportToDelete, 100).Round(time.Millisecond), len(r.ReportToDelete))
 	fmt.Fprintf(w, "  controller peak RSS:           %.1f MiB\n", float64(r.PeakRSS)/(1<<20))

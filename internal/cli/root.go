@@ -3,7 +3,9 @@
 package cli
 
 import (
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // NewRoot returns the lull command with every subcommand attached.
@@ -23,3 +25,9 @@ func NewRoot() *cobra.Command {
 // subcommands is filled by each command's file in its init, so adding a
 // command touches one file.
 var subcommands []func() *cobra.Command
+
+func init() {
+	// Commands other than `lull controller` use controller-runtime only as
+	// a client library; its log would only warn that no logger was set.
+	ctrllog.SetLogger(logr.Discard())
+}

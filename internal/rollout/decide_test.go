@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -39,12 +40,14 @@ func newFixture() *fixture {
 		},
 		Pod: &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "s-0", UID: podUID, Labels: map[string]string{appsv1.ControllerRevisionHashLabelKey: oldRev}},
-			Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+			Status:     corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 		},
 	}}
 }
 
-func updateID(uid types.UID, rev string) string { return drain.RequestID(uid, lullv1.DrainReasonUpdate, rev) }
+func updateID(uid types.UID, rev string) string {
+	return drain.RequestID(uid, lullv1.DrainReasonUpdate, rev)
+}
 
 func requested(uid types.UID, rev string, at time.Time) *lullv1.DrainRequest {
 	return &lullv1.DrainRequest{RequestID: updateID(uid, rev), PodUID: uid, Reason: lullv1.DrainReasonUpdate, Revision: rev, RequestedAt: metav1.NewTime(at)}
@@ -102,13 +105,17 @@ func TestDecide(t *testing.T) {
 		{name: "stale succeeded pod is replaced at once",
 			edit: func(o *Observed) { o.Pod.Status.Phase = corev1.PodSucceeded }, kind: DeletePod, why: ReasonPodFailed},
 		{name: "stale pod in ImagePullBackOff is replaced at once",
-			edit: func(o *Observed) { o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ImagePullBackOff")} }, kind: DeletePod, why: ReasonPodFailed},
+			edit: func(o *Observed) {
+				o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ImagePullBackOff")}
+			}, kind: DeletePod, why: ReasonPodFailed},
 		{name: "stale pod with a failing init container is replaced",
 			edit: func(o *Observed) {
 				o.Pod.Status.InitContainerStatuses = []corev1.ContainerStatus{waiting("CreateContainerConfigError")}
 			}, kind: DeletePod, why: ReasonPodFailed},
 		{name: "stale pod merely creating its container is drained, not replaced",
-			edit: func(o *Observed) { o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ContainerCreating")} },
+			edit: func(o *Observed) {
+				o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ContainerCreating")}
+			},
 			kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, now) }},
 		{name: "failed stale pod inside the backoff waits",
 			edit: func(o *Observed) {
@@ -151,8 +158,8 @@ func TestDecide(t *testing.T) {
 			edit: func(o *Observed) { o.Session.Status.Drain = requested("pod-0", newRev, earlier) },
 			kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, now) }},
 		{name: "outstanding request without a report waits",
-			edit:  func(o *Observed) { o.Session.Status.Drain = requested(podUID, newRev, earlier) },
-			kind:  Wait, why: ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, earlier) }},
+			edit: func(o *Observed) { o.Session.Status.Drain = requested(podUID, newRev, earlier) },
+			kind: Wait, why: ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, earlier) }},
 		{name: "runtime still draining waits",
 			edit: func(o *Observed) {
 				o.Session.Status.Drain = requested(podUID, newRev, earlier)
@@ -243,7 +250,12 @@ func TestNextStatus(t *testing.T) {
 		if st.Phase != lullv1.SessionDraining || st.Drain == nil || st.CurrentRevision != oldRev || st.UpdateRevision != newRev {
 			t.Fatalf("status = %+v", st)
 		}
-		assertCondition(t, st, lullv1.ConditionUpToDate, metav1.ConditionFalse, ReasonDrainRequested)
+		assertCondition(t, st, lullv1.ConditionUpToDate, metav1.ConditionFalse, ReasonDraining)
+		f.o.Session.Status = st
+		again := NextStatus(f.o, Decide(f.o))
+		if !equality.Semantic.DeepEqual(again, st) {
+			t.Errorf("waiting for the drain changed the status:\n%+v\nwas\n%+v", again, st)
+		}
 		assertCondition(t, st, lullv1.ConditionDraining, metav1.ConditionTrue, string(lullv1.DrainReasonUpdate))
 		assertCondition(t, st, lullv1.ConditionActive, metav1.ConditionTrue, "TurnsInFlight")
 		assertCondition(t, st, lullv1.ConditionReady, metav1.ConditionTrue, "PodReady")

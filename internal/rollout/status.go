@@ -64,6 +64,12 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 	switch a.Reason {
 	case ReasonUpToDate:
 		set(lullv1.ConditionUpToDate, metav1.ConditionTrue, a.Reason, a.Message)
+	case ReasonDrainRequested, ReasonDraining:
+		// One condition for the whole drain: the request and the wait for
+		// its answer read the same, so the wait costs no status write.
+		set(lullv1.ConditionUpToDate, metav1.ConditionFalse, ReasonDraining,
+			fmt.Sprintf("pod %s runs revision %s; waiting for its runtime to drain for revision %s (request %s)",
+				o.Pod.Name, PodRevision(o.Pod), a.Drain.Revision, a.Drain.RequestID))
 	case ReasonRevisionUnknown, ReasonStatefulSetPending, ReasonPodPending, ReasonPodTerminating, ReasonSuspended:
 		set(lullv1.ConditionUpToDate, metav1.ConditionUnknown, a.Reason, a.Message)
 	default:

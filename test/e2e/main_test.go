@@ -14,7 +14,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"lull.dev/lull/internal/audit"
 	"lull.dev/lull/internal/localenv"
@@ -32,6 +34,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	ctrllog.SetLogger(logr.Discard())
 	dir, err := os.MkdirTemp("", "lull-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

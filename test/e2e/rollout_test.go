@@ -56,12 +56,16 @@ func TestLongTurnIsFinishedBeforeReplace(t *testing.T) {
 			t.Errorf("turn %d on the old pod never ended", tr.Turn)
 		}
 	}
-	s := session(t, ns, names[0])
-	if !meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionUpToDate) || s.Status.Drain != nil {
-		t.Errorf("session after rollout: UpToDate=%v drain=%+v", meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionUpToDate), s.Status.Drain)
-	}
+	eventually(t, 10*time.Second, "session status shows the new revision", func() error {
+		s := session(t, ns, names[0])
+		if !meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionUpToDate) || s.Status.Drain != nil || s.Status.Phase != lullv1.SessionRunning {
+			return fmt.Errorf("phase %s, UpToDate=%v, drain=%+v", s.Status.Phase, meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionUpToDate), s.Status.Drain)
+		}
+		return nil
+	})
 	wantEvent(t, ns, names[0], "DrainRequested")
 	wantEvent(t, ns, names[0], "Drained")
+	wantEvent(t, ns, names[0], "Updated")
 }
 
 // A Drained report with a wrong request ID, or from the old pod's UID after

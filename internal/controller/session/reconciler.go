@@ -100,11 +100,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return result, nil
 	}
 	next := rollout.NextStatus(o, a)
-	if err := r.writeStatus(ctx, s, next); err != nil {
+	// Judged before the write: the patch refreshes s from the response.
+	updated := meta.IsStatusConditionTrue(next.Conditions, lullv1.ConditionUpToDate) &&
+		!meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionUpToDate) && s.Status.UpdateRevision != ""
+	if err := r.writeStatus(ctx, s, next, a.Reason); err != nil {
 		return ctrl.Result{}, err
 	}
-	if meta.IsStatusConditionTrue(next.Conditions, lullv1.ConditionUpToDate) &&
-		!meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionUpToDate) && s.Status.UpdateRevision != "" {
+	if updated {
 		r.Recorder.Eventf(s, o.Pod, corev1.EventTypeNormal, "Updated", "Rollout", a.Message)
 	}
 	return result, nil
@@ -164,6 +166,9 @@ func (r *Reconciler) pod(ctx context.Context, s *lullv1.Session) (*corev1.Pod, e
 // delete the API server answered 404 or 409 becomes a Wait).
 func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.Action) (rollout.Action, error) {
 	s := o.Session
+	if a.Kind != rollout.Wait {
+		defer func() { actions.WithLabelValues(string(a.Kind), a.Reason).Inc() }()
+	}
 	switch a.Kind {
 	case rollout.RequestDrain:
 		r.Recorder.Eventf(s, o.Pod, corev1.EventTypeNormal, a.Reason, "RequestDrain", a.Message)
@@ -222,7 +227,7 @@ func (r *Reconciler) blocked(ctx context.Context, s *lullv1.Session, reason, msg
 		meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionReady).Reason != reason {
 		r.Recorder.Eventf(s, nil, corev1.EventTypeWarning, reason, "Render", msg)
 	}
-	return r.writeStatus(ctx, s, *st)
+	return r.writeStatus(ctx, s, *st, reason)
 }
 
 func (r *Reconciler) renderFailed(ctx context.Context, s *lullv1.Session, err error) error {

@@ -47,7 +47,7 @@ func ownedPart(st lullv1.SessionStatus) controllerStatus {
 // controller's last write) is refused with a Conflict and recomputed,
 // instead of reverting that write (lastFailedReplacementTime,
 // failedReplacements, the drain request).
-func (r *Reconciler) writeStatus(ctx context.Context, s *lullv1.Session, next lullv1.SessionStatus) error {
+func (r *Reconciler) writeStatus(ctx context.Context, s *lullv1.Session, next lullv1.SessionStatus, reason string) error {
 	want := ownedPart(next)
 	if equality.Semantic.DeepEqual(ownedPart(s.Status), want) {
 		return nil
@@ -59,6 +59,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *lullv1.Session, next lu
 	if err != nil {
 		return err
 	}
+	statusWrites.WithLabelValues(reason).Inc()
 	if err := r.Client.Status().Patch(ctx, s, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
 		return fmt.Errorf("patch status of session %s: %w", s.Name, err)
 	}
