@@ -269,4 +269,3 @@ func (a *Auditor) Check(journalDir, ns string) (Report, error) {
 
 // Client returns a reader over the auditor's caches.
 func (a *Auditor) Client() client.Reader { return a.cache }
-

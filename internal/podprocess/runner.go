@@ -66,7 +66,7 @@ type Runner struct {
 	mu         sync.Mutex
 	procs      map[types.UID]*proc
 	finalizing map[types.UID]bool
-	wg    sync.WaitGroup
+	wg         sync.WaitGroup
 }
 
 type proc struct {

@@ -25,6 +25,7 @@ import (
 
 var (
 	env     *localenv.Env
+	lullBin string
 	c       client.Client
 	auditor *audit.Auditor
 )
@@ -41,6 +42,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	bin := filepath.Join(dir, "lull")
+	lullBin = bin
 	build := exec.Command("go", "build", "-o", bin, "lull.dev/lull/cmd/lull")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

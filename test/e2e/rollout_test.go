@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +39,12 @@ func TestLongTurnIsFinishedBeforeReplace(t *testing.T) {
 		}
 		return nil
 	})
+	status := lullCLI(t, "status", "-n", ns, "rt")
+	for _, want := range []string{names[0], "Draining", session(t, ns, names[0]).Status.Drain.RequestID} {
+		if !strings.Contains(status, want) {
+			t.Errorf("lull status does not show %q:\n%s", want, status)
+		}
+	}
 	// Until the turn ends, the pod must stand.
 	eventually(t, 15*time.Second, "the long turn ends", func() error {
 		if p := pod(t, ns, names[0]); p == nil || p.UID != p1.UID || p.DeletionTimestamp != nil {
@@ -135,13 +142,8 @@ func TestForgedReportsDeleteNothing(t *testing.T) {
 	forge(p2.UID, r1)
 	never(t, 3*time.Second, "current pod UID with the old request ID", standing(p2.UID))
 
-	// Break glass for this request only.
-	s := session(t, ns, name)
-	patch := client.MergeFrom(s.DeepCopy())
-	s.Annotations = map[string]string{lullv1.AnnotationForceUpdate: r2, lullv1.AnnotationForceUpdateReason: "runtime cannot drain (e2e)"}
-	if err := c.Patch(context.Background(), s, patch, client.FieldOwner("e2e-operator")); err != nil {
-		t.Fatal(err)
-	}
+	// Break glass for this request only, as an operator would.
+	lullCLI(t, "force", "-n", ns, name, "--request", r2, "--reason", "runtime cannot drain (e2e)")
 	eventually(t, 15*time.Second, "forced replacement", func() error {
 		p := pod(t, ns, name)
 		if p == nil || p.UID == p2.UID || p.Status.Phase != corev1.PodRunning {
@@ -150,7 +152,7 @@ func TestForgedReportsDeleteNothing(t *testing.T) {
 		return nil
 	})
 	ev := wantEvent(t, ns, name, "Forced")
-	if !strings.Contains(ev.Note, "e2e-operator") || !strings.Contains(ev.Note, "runtime cannot drain") {
+	if !strings.Contains(ev.Note, "lull-cli") || !strings.Contains(ev.Note, "runtime cannot drain") {
 		t.Errorf("Forced event does not say who and why: %q", ev.Note)
 	}
 }
@@ -269,6 +271,18 @@ func TestDemoRollout(t *testing.T) {
 	}
 }
 
+// lullCLI runs the lull binary against the test cluster and returns its
+// output.
+func lullCLI(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(lullBin, append(args, "--kubeconfig", env.Cluster.Kubeconfig)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("lull %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(b []byte) (int, error) {
@@ -333,4 +347,3 @@ func wantEvent(t *testing.T, ns, name, reason string) eventsv1.Event {
 	})
 	return found
 }
-

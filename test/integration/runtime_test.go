@@ -1,0 +1,153 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/drain"
+	lullruntime "lull.dev/lull/runtime"
+)
+
+// testLogWriter sends slog lines to the test log while the test runs.
+type testLogWriter struct{ t *testing.T }
+
+func (w testLogWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// TestRuntimeSDK runs the Go runtime SDK as a session's runtime identity
+// against the real API server, with the test writing status.drain as the
+// controller would.
+func TestRuntimeSDK(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t, "sdk")
+	ctx := t.Context()
+
+	s := newSession(ns, "sdk", "tpl")
+	if err := admin.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	createIdentity(t, s)
+	podUID := types.UID("9b0c3a52-1d1e-4c4e-9a43-000000000001")
+
+	rt, err := lullruntime.New(lullruntime.Config{
+		SessionName:      s.Name,
+		SessionNamespace: ns,
+		PodName:          s.Name + "-0",
+		PodUID:           podUID,
+		REST:             runtimeConfig(ns, s.Name),
+		Logger:           slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("Run did not return within 15s of its context ending")
+		}
+	})
+
+	waitReport := func(what string, ok func(r *lullv1.RuntimeReport) error) *lullv1.RuntimeReport {
+		t.Helper()
+		var r *lullv1.RuntimeReport
+		eventually(t, 15*time.Second, what, func(ctx context.Context) error {
+			got, err := getSession(ctx, ns, s.Name)
+			if err != nil {
+				return err
+			}
+			if r = got.Status.Runtime; r == nil {
+				return errors.New("no status.runtime")
+			}
+			if r.PodUID != podUID {
+				return fmt.Errorf("status.runtime.podUID = %q, want %q", r.PodUID, podUID)
+			}
+			if err := ok(r); err != nil {
+				return fmt.Errorf("status.runtime %+v: %w", r, err)
+			}
+			return nil
+		})
+		return r
+	}
+	state := func(want lullv1.RuntimeState, turns int32, requestID string) func(r *lullv1.RuntimeReport) error {
+		return func(r *lullv1.RuntimeReport) error {
+			if r.State != want || r.ActiveTurns != turns || r.RequestID != requestID {
+				return fmt.Errorf("want state %s, %d active turns, request %q", want, turns, requestID)
+			}
+			return nil
+		}
+	}
+	beginTurn := func(what string) *lullruntime.Turn {
+		t.Helper()
+		var turn *lullruntime.Turn
+		eventually(t, 10*time.Second, what, func(context.Context) error {
+			var err error
+			turn, err = rt.BeginTurn(lullruntime.TurnOptions{})
+			return err
+		})
+		return turn
+	}
+
+	waitReport("runtime reports Serving", state(lullv1.RuntimeServing, 0, ""))
+	turn := beginTurn("runtime accepts a turn once Serving is published")
+
+	// The controller's drain request for this pod.
+	reqID := drain.RequestID(podUID, lullv1.DrainReasonUpdate, "rev-2")
+	if err := admin.Status().Patch(ctx, sessionRef(ns, s.Name), mergePatch(fmt.Sprintf(
+		`{"status":{"phase":"Draining","podName":%q,"podUID":%q,"drain":{"requestID":%q,"podUID":%q,"reason":"Update","revision":"rev-2","requestedAt":%q}}}`,
+		s.Name+"-0", podUID, reqID, podUID, time.Now().UTC().Format(time.RFC3339)))); err != nil {
+		t.Fatalf("write status.drain: %v", err)
+	}
+
+	waitReport("runtime reports Draining with the turn in flight", state(lullv1.RuntimeDraining, 1, reqID))
+	_, err = rt.BeginTurn(lullruntime.TurnOptions{})
+	if !errors.Is(err, lullruntime.ErrDraining) {
+		t.Fatalf("BeginTurn while draining: got %v, want ErrDraining", err)
+	}
+	var de *lullruntime.DrainingError
+	if !errors.As(err, &de) || de.RequestID != reqID || de.Reason != lullv1.DrainReasonUpdate {
+		t.Errorf("BeginTurn while draining: error %#v, want a DrainingError for request %s", err, reqID)
+	}
+
+	turn.End()
+	waitReport("runtime reports Drained once the turn ends", state(lullv1.RuntimeDrained, 0, reqID))
+	if _, err := rt.BeginTurn(lullruntime.TurnOptions{}); !errors.Is(err, lullruntime.ErrDraining) {
+		t.Fatalf("BeginTurn while drained: got %v, want ErrDraining (sealed)", err)
+	}
+
+	// The controller withdraws the request (the pod is not replaced).
+	if err := admin.Status().Patch(ctx, sessionRef(ns, s.Name), mergePatch(`{"status":{"phase":"Running","drain":null}}`)); err != nil {
+		t.Fatalf("withdraw status.drain: %v", err)
+	}
+	waitReport("runtime reports Serving after the withdrawal", func(r *lullv1.RuntimeReport) error {
+		if r.State != lullv1.RuntimeServing || r.ActiveTurns != 0 {
+			return errors.New("want state Serving, 0 active turns")
+		}
+		return nil
+	})
+	turn = beginTurn("runtime accepts turns again after the withdrawal")
+	turn.End()
+
+	// A Serving report names no request: the withdrawn one must not linger
+	// in status.runtime.
+	if r := mustGetSession(t, ns, s.Name).Status.Runtime; r.RequestID != "" {
+		t.Errorf("Serving report after the withdrawal still names request %q, want none", r.RequestID)
+	}
+}
