@@ -68,17 +68,11 @@ func Run(ctx context.Context, env *localenv.Env, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	if err := scenario.EnsureNamespace(ctx, c, o.Namespace); err != nil {
-		return Result{}, err
-	}
 	// Turns of zero length, a long pause between them: an idle runtime,
 	// which drains as soon as it is asked.
 	tmpl := scenario.Template(o.Namespace, "bench", "example.com/lull/turnrunner:v1", "--turn-min=0s", "--turn-max=0s", "--think-max=1h")
-	if err := c.Create(ctx, tmpl); err != nil {
-		return Result{}, err
-	}
 	start := time.Now()
-	names, err := scenario.CreateSessions(ctx, c, o.Namespace, "bench", "b", o.Sessions)
+	names, err := scenario.Launch(ctx, c, tmpl, "b", o.Sessions)
 	if err != nil {
 		return Result{}, err
 	}
@@ -203,71 +197,71 @@ func progress(out io.Writer, what string, start time.Time, before *scenario.Flee
 	}
 }
 
-// scrapeWrites reads lull_controller_api_requests_total from the
-// controller's /metrics and returns the write requests by "VERB resource".
-func scrapeWrites(url string) (map[string]float64, error) {
+// sample is one line of a counter vector on /metrics.
+type sample struct {
+	labels map[string]string
+	value  float64
+}
+
+// scrape reads every sample of the counter name from a Prometheus text
+// endpoint.
+func scrape(url, name string) ([]sample, error) {
 	resp, err := http.Get(url)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	out := map[string]float64{}
+	var out []sample
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "lull_controller_api_requests_total{") {
+		rest, ok := strings.CutPrefix(sc.Text(), name+"{")
+		if !ok {
 			continue
 		}
-		labels, value, _ := strings.Cut(strings.TrimPrefix(line, "lull_controller_api_requests_total{"), "} ")
-		l := map[string]string{}
-		for _, kv := range strings.Split(labels, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			l[k] = strings.Trim(v, `"`)
-		}
-		switch l["verb"] {
-		case "POST", "PUT", "PATCH", "DELETE":
-		default:
-			continue
-		}
+		labels, value, _ := strings.Cut(rest, "} ")
 		n, err := strconv.ParseFloat(value, 64)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		key := l["verb"] + " " + l["resource"]
-		if !strings.HasPrefix(l["code"], "2") {
-			key += " (" + l["code"] + ")"
+		smp := sample{labels: map[string]string{}, value: n}
+		for _, kv := range strings.Split(labels, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			smp.labels[k] = strings.Trim(v, `"`)
 		}
-		out[key] += n
+		out = append(out, smp)
 	}
 	return out, sc.Err()
 }
 
-// scrapeCounter reads a counter vector from /metrics and sums it by one
-// label.
-func scrapeCounter(url, name, label string) (map[string]float64, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
+// scrapeWrites returns the controller's write requests from
+// lull_controller_api_requests_total, by "VERB resource", with " (code)"
+// added for refused requests.
+func scrapeWrites(url string) (map[string]float64, error) {
+	samples, err := scrape(url, "lull_controller_api_requests_total")
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		labels, value, ok := strings.Cut(strings.TrimPrefix(sc.Text(), name+"{"), "} ")
-		if !ok || !strings.HasPrefix(sc.Text(), name+"{") {
+	for _, smp := range samples {
+		switch smp.labels["verb"] {
+		case "POST", "PUT", "PATCH", "DELETE":
+		default:
 			continue
 		}
-		n, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			return nil, err
+		key := smp.labels["verb"] + " " + smp.labels["resource"]
+		if !strings.HasPrefix(smp.labels["code"], "2") {
+			key += " (" + smp.labels["code"] + ")"
 		}
-		for _, kv := range strings.Split(labels, ",") {
-			if k, v, _ := strings.Cut(kv, "="); k == label {
-				out[strings.Trim(v, `"`)] += n
-			}
-		}
+		out[key] += smp.value
 	}
-	return out, sc.Err()
+	return out, err
+}
+
+// scrapeCounter sums a counter vector by one label.
+func scrapeCounter(url, name, label string) (map[string]float64, error) {
+	samples, err := scrape(url, name)
+	out := map[string]float64{}
+	for _, smp := range samples {
+		out[smp.labels[label]] += smp.value
+	}
+	return out, err
 }
 
 // peakRSS returns a process's VmHWM in bytes.

@@ -66,14 +66,8 @@ func Run(ctx context.Context, env *localenv.Env, o Options) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	if err := scenario.EnsureNamespace(ctx, c, o.Namespace); err != nil {
-		return Summary{}, err
-	}
 	args := []string{"--turn-min=" + o.TurnMin.String(), "--turn-max=" + o.TurnMax.String(), "--think-max=" + o.ThinkMax.String()}
-	if err := c.Create(ctx, scenario.Template(o.Namespace, "agent", "example.com/lull/turnrunner:v1", args...)); err != nil {
-		return Summary{}, fmt.Errorf("create template: %w", err)
-	}
-	names, err := scenario.CreateSessions(ctx, c, o.Namespace, "agent", "session", o.Sessions)
+	names, err := scenario.Launch(ctx, c, scenario.Template(o.Namespace, "agent", "example.com/lull/turnrunner:v1", args...), "session", o.Sessions)
 	if err != nil {
 		return Summary{}, err
 	}

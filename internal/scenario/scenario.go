@@ -189,3 +189,15 @@ func MovedFrom(before Fleet) func(Fleet) bool {
 		return true
 	}
 }
+
+// Launch creates the namespace of t if needed, the template t, and n
+// sessions of it named <prefix>-<i>; it returns the session names.
+func Launch(ctx context.Context, c client.Client, t *lullv1.SessionTemplate, prefix string, n int) ([]string, error) {
+	if err := EnsureNamespace(ctx, c, t.Namespace); err != nil {
+		return nil, err
+	}
+	if err := c.Create(ctx, t); err != nil {
+		return nil, fmt.Errorf("create SessionTemplate %s: %w", t.Name, err)
+	}
+	return CreateSessions(ctx, c, t.Namespace, t.Name, prefix, n)
+}

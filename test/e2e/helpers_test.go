@@ -26,13 +26,7 @@ func setup(t *testing.T, n int, args ...string) (ns string, names []string, befo
 	if len(ns) > 50 {
 		ns = ns[:50]
 	}
-	if err := scenario.EnsureNamespace(ctx, c, ns); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Create(ctx, scenario.Template(ns, "rt", "example.com/lull/turnrunner:v1", args...)); err != nil {
-		t.Fatal(err)
-	}
-	names, err := scenario.CreateSessions(ctx, c, ns, "rt", "s", n)
+	names, err := scenario.Launch(ctx, c, scenario.Template(ns, "rt", "example.com/lull/turnrunner:v1", args...), "s", n)
 	if err != nil {
 		t.Fatal(err)
 	}
