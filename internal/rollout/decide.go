@@ -7,6 +7,7 @@ package rollout
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -52,6 +53,7 @@ const (
 // Reasons are machine-readable CamelCase words used in conditions and Events.
 const (
 	ReasonSuspended          = "Suspended"
+	ReasonSuspending         = "Suspending"
 	ReasonStatefulSetPending = "StatefulSetPending"
 	ReasonRevisionUnknown    = "RevisionUnknown"
 	ReasonPodPending         = "PodPending"
@@ -88,8 +90,9 @@ type Action struct {
 
 // Decide returns the next step for one session. The rules, in order:
 //
-//  1. A suspended session, or one whose StatefulSet or pod does not exist
-//     yet, waits; a pod being deleted is waited for.
+//  1. A suspended session drains its pod before it is scaled to zero (see
+//     decideSuspend and Replicas). A session whose StatefulSet or pod does
+//     not exist yet waits; a pod being deleted is waited for.
 //  2. Staleness comes only from revisions: the pod's controller-revision-hash
 //     label against the StatefulSet's status.updateRevision, and only once
 //     status.observedGeneration >= metadata.generation and updateRevision is
@@ -105,9 +108,10 @@ type Action struct {
 func Decide(o Observed) Action {
 	s := o.Session
 	current := s.Status.Drain
+	if s.Spec.Suspend {
+		return decideSuspend(o)
+	}
 	switch {
-	case s.Spec.Suspend:
-		return Action{Kind: Wait, Reason: ReasonSuspended, Message: "session is suspended"}
 	case o.StatefulSet == nil:
 		return Action{Kind: Wait, Reason: ReasonStatefulSetPending, Message: "waiting for the StatefulSet to be created"}
 	}
@@ -177,4 +181,60 @@ func updateRequest(pod types.UID, revision string, current *lullv1.DrainRequest,
 // controller-revision-hash label.
 func PodRevision(pod *corev1.Pod) string {
 	return pod.Labels[appsv1.ControllerRevisionHashLabelKey]
+}
+
+// decideSuspend drains a suspended session's pod before it goes: a healthy
+// running pod gets a Manual drain request, and Replicas scales the
+// StatefulSet to zero once the runtime has answered Drained (or the pod has
+// failed, or force-update is "true"). The request's episode is the session
+// generation that asked for the suspension, so suspending again later is a
+// new request.
+func decideSuspend(o Observed) Action {
+	s, pod := o.Session, o.Pod
+	switch {
+	case pod == nil:
+		return Action{Kind: Wait, Reason: ReasonSuspended, Message: "session is suspended"}
+	case pod.DeletionTimestamp != nil:
+		return Action{Kind: Wait, Reason: ReasonPodTerminating, Drain: s.Status.Drain, Message: fmt.Sprintf("suspending: waiting for pod %s to terminate", pod.Name)}
+	}
+	if Replicas(o) == 0 {
+		return Action{Kind: Wait, Reason: ReasonSuspending, Drain: s.Status.Drain, Message: fmt.Sprintf("suspending: scaling pod %s away", pod.Name)}
+	}
+	want := manualRequest(pod.UID, s.Generation, s.Status.Drain, o.Now)
+	if s.Status.Drain == nil || s.Status.Drain.RequestID != want.RequestID {
+		return Action{Kind: RequestDrain, Reason: ReasonDrainRequested, Drain: want,
+			Message: fmt.Sprintf("session suspended; asked the runtime of pod %s to drain first (request %s)", pod.Name, want.RequestID)}
+	}
+	return Action{Kind: Wait, Reason: ReasonSuspending, Drain: s.Status.Drain,
+		Message: fmt.Sprintf("suspending: waiting for the runtime of pod %s to drain (request %s)", pod.Name, want.RequestID)}
+}
+
+// Replicas is the replica count the session's StatefulSet must have: 1,
+// or 0 for a suspended session whose pod is gone, terminating, failed,
+// forced ("true"), or whose runtime has answered the suspension's drain
+// request.
+func Replicas(o Observed) int32 {
+	s, pod := o.Session, o.Pod
+	if !s.Spec.Suspend {
+		return 1
+	}
+	if pod == nil || pod.DeletionTimestamp != nil || s.Annotations[lullv1.AnnotationForceUpdate] == "true" {
+		return 0
+	}
+	if failed, _ := PodFailure(pod); failed {
+		return 0
+	}
+	want := drain.RequestID(pod.UID, lullv1.DrainReasonManual, strconv.FormatInt(s.Generation, 10))
+	if d := s.Status.Drain; d != nil && d.RequestID == want && drain.Answers(d, s.Status.Runtime, pod.UID) {
+		return 0
+	}
+	return 1
+}
+
+func manualRequest(pod types.UID, generation int64, current *lullv1.DrainRequest, now time.Time) *lullv1.DrainRequest {
+	id := drain.RequestID(pod, lullv1.DrainReasonManual, strconv.FormatInt(generation, 10))
+	if current != nil && current.RequestID == id {
+		return current.DeepCopy()
+	}
+	return &lullv1.DrainRequest{RequestID: id, PodUID: pod, Reason: lullv1.DrainReasonManual, RequestedAt: metav1.NewTime(now.Truncate(time.Second))}
 }

@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +54,10 @@ func requested(uid types.UID, rev string, at time.Time) *lullv1.DrainRequest {
 	return &lullv1.DrainRequest{RequestID: updateID(uid, rev), PodUID: uid, Reason: lullv1.DrainReasonUpdate, Revision: rev, RequestedAt: metav1.NewTime(at)}
 }
 
+func manual(uid types.UID, generation int64, at time.Time) *lullv1.DrainRequest {
+	return &lullv1.DrainRequest{RequestID: drain.RequestID(uid, lullv1.DrainReasonManual, fmt.Sprint(generation)), PodUID: uid, Reason: lullv1.DrainReasonManual, RequestedAt: metav1.NewTime(at)}
+}
+
 func report(uid types.UID, id string, state lullv1.RuntimeState, active int32) *lullv1.RuntimeReport {
 	return &lullv1.RuntimeReport{PodUID: uid, RequestID: id, State: state, ActiveTurns: active}
 }
@@ -71,7 +76,27 @@ func TestDecide(t *testing.T) {
 		drain func() *lullv1.DrainRequest // expected Action.Drain; nil func means nil
 		after time.Duration               // expected RequeueAfter
 	}{
-		{name: "suspended session waits", edit: func(o *Observed) { o.Session.Spec.Suspend = true }, kind: Wait, why: ReasonSuspended},
+		{name: "suspended session without a pod waits", edit: func(o *Observed) { o.Session.Spec.Suspend = true; o.Pod = nil }, kind: Wait, why: ReasonSuspended},
+		{name: "suspending a session drains its pod first",
+			edit: func(o *Observed) { o.Session.Spec.Suspend = true },
+			kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return manual(podUID, 1, now) }},
+		{name: "suspending waits for the drain",
+			edit: func(o *Observed) {
+				o.Session.Spec.Suspend = true
+				o.Session.Status.Drain = manual(podUID, 1, earlier)
+				o.Session.Status.Runtime = report(podUID, manual(podUID, 1, earlier).RequestID, lullv1.RuntimeDraining, 1)
+			}, kind: Wait, why: ReasonSuspending, drain: func() *lullv1.DrainRequest { return manual(podUID, 1, earlier) }},
+		{name: "suspending a stale pod drains for the suspension, not the update",
+			edit: func(o *Observed) {
+				o.Session.Spec.Suspend = true
+				o.Session.Status.Drain = requested(podUID, newRev, earlier)
+			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return manual(podUID, 1, now) }},
+		{name: "drained suspended session is scaled away",
+			edit: func(o *Observed) {
+				o.Session.Spec.Suspend = true
+				o.Session.Status.Drain = manual(podUID, 1, earlier)
+				o.Session.Status.Runtime = report(podUID, manual(podUID, 1, earlier).RequestID, lullv1.RuntimeDrained, 0)
+			}, kind: Wait, why: ReasonSuspending, drain: func() *lullv1.DrainRequest { return manual(podUID, 1, earlier) }},
 		{name: "no StatefulSet yet", edit: func(o *Observed) { o.StatefulSet = nil }, kind: Wait, why: ReasonStatefulSetPending},
 		{name: "StatefulSet generation not observed yet triggers nothing",
 			edit: func(o *Observed) { o.StatefulSet.Status.ObservedGeneration = 1 }, kind: Wait, why: ReasonRevisionUnknown},
@@ -230,6 +255,56 @@ func TestDecideIsStableAcrossRestarts(t *testing.T) {
 	again := Decide(f.o)
 	if again.Kind != Wait || *again.Drain != *first.Drain {
 		t.Fatalf("after restart: %s with %+v, want Wait keeping %+v", again.Kind, again.Drain, first.Drain)
+	}
+}
+
+// A suspended session keeps its pod until the runtime has answered the
+// suspension's drain request (or cannot drain); then it is scaled to zero.
+func TestReplicas(t *testing.T) {
+	id := manual(podUID, 1, now).RequestID
+	tests := []struct {
+		name string
+		edit func(o *Observed)
+		want int32
+	}{
+		{"running session", func(o *Observed) {}, 1},
+		{"suspended, pod draining", func(o *Observed) {
+			o.Session.Spec.Suspend = true
+			o.Session.Status.Drain = manual(podUID, 1, now)
+			o.Session.Status.Runtime = report(podUID, id, lullv1.RuntimeDraining, 1)
+		}, 1},
+		{"suspended, no drain request yet", func(o *Observed) { o.Session.Spec.Suspend = true }, 1},
+		{"suspended, drained", func(o *Observed) {
+			o.Session.Spec.Suspend = true
+			o.Session.Status.Drain = manual(podUID, 1, now)
+			o.Session.Status.Runtime = report(podUID, id, lullv1.RuntimeDrained, 0)
+		}, 0},
+		{"suspended, Drained for an earlier suspension", func(o *Observed) {
+			o.Session.Spec.Suspend = true
+			o.Session.Generation = 3
+			o.Session.Status.Drain = manual(podUID, 1, now)
+			o.Session.Status.Runtime = report(podUID, id, lullv1.RuntimeDrained, 0)
+		}, 1},
+		{"suspended, Drained for the update, not the suspension", func(o *Observed) {
+			o.Session.Spec.Suspend = true
+			o.Session.Status.Drain = requested(podUID, newRev, now)
+			o.Session.Status.Runtime = report(podUID, updateID(podUID, newRev), lullv1.RuntimeDrained, 0)
+		}, 1},
+		{"suspended, pod failed", func(o *Observed) { o.Session.Spec.Suspend = true; o.Pod.Status.Phase = corev1.PodFailed }, 0},
+		{"suspended, force-update true", func(o *Observed) {
+			o.Session.Spec.Suspend = true
+			o.Session.Annotations = map[string]string{lullv1.AnnotationForceUpdate: "true"}
+		}, 0},
+		{"suspended, no pod", func(o *Observed) { o.Session.Spec.Suspend = true; o.Pod = nil }, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture()
+			tt.edit(&f.o)
+			if got := Replicas(f.o); got != tt.want {
+				t.Errorf("Replicas = %d, want %d", got, tt.want)
+			}
+		})
 	}
 }
 

@@ -61,19 +61,15 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 		set(lullv1.ConditionReady, metav1.ConditionFalse, reason, msg)
 	}
 
-	switch a.Reason {
-	case ReasonUpToDate:
-		set(lullv1.ConditionUpToDate, metav1.ConditionTrue, a.Reason, a.Message)
-	case ReasonDrainRequested, ReasonDraining:
-		// One condition for the whole drain: the request and the wait for
-		// its answer read the same, so the wait costs no status write.
-		set(lullv1.ConditionUpToDate, metav1.ConditionFalse, ReasonDraining,
-			fmt.Sprintf("pod %s runs revision %s; waiting for its runtime to drain for revision %s (request %s)",
-				o.Pod.Name, PodRevision(o.Pod), a.Drain.Revision, a.Drain.RequestID))
-	case ReasonRevisionUnknown, ReasonStatefulSetPending, ReasonPodPending, ReasonPodTerminating, ReasonSuspended:
-		set(lullv1.ConditionUpToDate, metav1.ConditionUnknown, a.Reason, a.Message)
+	switch {
+	case s.Spec.Suspend:
+		reason := ReasonSuspended
+		if o.Pod != nil {
+			reason = ReasonSuspending
+		}
+		set(lullv1.ConditionUpToDate, metav1.ConditionUnknown, reason, a.Message)
 	default:
-		set(lullv1.ConditionUpToDate, metav1.ConditionFalse, a.Reason, a.Message)
+		setUpToDate(o, a, set)
 	}
 
 	if st.Drain != nil {
@@ -96,9 +92,29 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 	return st
 }
 
+// setUpToDate sets the UpToDate condition of a session that is not
+// suspended.
+func setUpToDate(o Observed, a Action, set func(typ string, status metav1.ConditionStatus, reason, msg string)) {
+	switch a.Reason {
+	case ReasonUpToDate:
+		set(lullv1.ConditionUpToDate, metav1.ConditionTrue, a.Reason, a.Message)
+	case ReasonDrainRequested, ReasonDraining:
+		// One condition for the whole drain: the request and the wait for
+		// its answer read the same, so the wait costs no status write.
+		set(lullv1.ConditionUpToDate, metav1.ConditionFalse, ReasonDraining,
+			fmt.Sprintf("pod %s runs revision %s; waiting for its runtime to drain for revision %s (request %s)",
+				o.Pod.Name, PodRevision(o.Pod), a.Drain.Revision, a.Drain.RequestID))
+	case ReasonRevisionUnknown, ReasonStatefulSetPending, ReasonPodPending, ReasonPodTerminating, ReasonSuspended:
+		set(lullv1.ConditionUpToDate, metav1.ConditionUnknown, a.Reason, a.Message)
+	default:
+		set(lullv1.ConditionUpToDate, metav1.ConditionFalse, a.Reason, a.Message)
+	}
+
+}
+
 func phase(o Observed, a Action, st lullv1.SessionStatus) lullv1.SessionPhase {
 	switch {
-	case o.Session.Spec.Suspend:
+	case o.Session.Spec.Suspend && (o.Pod == nil || o.Pod.DeletionTimestamp != nil || Replicas(o) == 0):
 		return lullv1.SessionSuspended
 	case a.Kind == DeletePod || o.Pod == nil || o.Pod.DeletionTimestamp != nil:
 		return lullv1.SessionPending
@@ -137,6 +153,8 @@ func Passing(o Observed, a Action) bool {
 	switch a.Reason {
 	case ReasonRevisionUnknown, ReasonPodTerminating, ReasonPodPending, ReasonStatefulSetPending:
 		return true
+	case ReasonSuspending:
+		return Replicas(o) == 0 // drained; the StatefulSet controller is removing the pod
 	case ReasonUpToDate:
 		if !podReady(o.Pod) {
 			return true

@@ -347,3 +347,61 @@ func wantEvent(t *testing.T, ns, name, reason string) eventsv1.Event {
 	})
 	return found
 }
+
+// Suspending a session drains it first: the pod busy with a turn is kept
+// until the turn ends, then scaled away; resuming starts a new pod.
+func TestSuspendDrainsFirst(t *testing.T) {
+	ns, names, _ := setup(t, 1, "--turn-min=5s", "--turn-max=5s", "--think-max=0s")
+	name := names[0]
+	p1 := pod(t, ns, name)
+	eventually(t, 10*time.Second, "first turn begins", func() error { return openTurn(t, p1.UID) })
+
+	setSuspend(t, ns, name, true)
+	eventually(t, 10*time.Second, "suspension drain requested", func() error {
+		d := session(t, ns, name).Status.Drain
+		if d == nil || d.Reason != lullv1.DrainReasonManual || d.PodUID != p1.UID {
+			return fmt.Errorf("drain = %+v", d)
+		}
+		return nil
+	})
+	eventually(t, 20*time.Second, "pod scaled away after its turn", func() error {
+		if p := pod(t, ns, name); p != nil && p.UID == p1.UID && p.DeletionTimestamp == nil {
+			return fmt.Errorf("pod still running")
+		}
+		return nil
+	})
+	for _, tr := range turnsOn(t, p1.UID) {
+		if tr.Ended.IsZero() {
+			t.Errorf("turn %d was cut by the suspension", tr.Turn)
+		}
+	}
+	eventually(t, 15*time.Second, "session Suspended", func() error {
+		s := session(t, ns, name)
+		if s.Status.Phase != lullv1.SessionSuspended || s.Status.Drain != nil || pod(t, ns, name) != nil {
+			return fmt.Errorf("phase %s, drain %+v", s.Status.Phase, s.Status.Drain)
+		}
+		return nil
+	})
+
+	setSuspend(t, ns, name, false)
+	eventually(t, 20*time.Second, "resumed", func() error {
+		p := pod(t, ns, name)
+		if p == nil || p.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("no running pod")
+		}
+		if ph := session(t, ns, name).Status.Phase; ph != lullv1.SessionRunning {
+			return fmt.Errorf("phase %s", ph)
+		}
+		return nil
+	})
+}
+
+func setSuspend(t *testing.T, ns, name string, suspend bool) {
+	t.Helper()
+	s := session(t, ns, name)
+	patch := client.MergeFrom(s.DeepCopy())
+	s.Spec.Suspend = suspend
+	if err := c.Patch(context.Background(), s, patch); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -96,9 +96,9 @@ func ensureService(ctx context.Context, c client.Client, s *lullv1.Session, t *l
 // ensureStatefulSet makes the session's StatefulSet carry the template's
 // current runtime at once: the StatefulSet controller then publishes the new
 // update revision, and the rollout decides when the pod moves to it.
-func ensureStatefulSet(ctx context.Context, c client.Client, s *lullv1.Session, t *lullv1.SessionTemplate) (*appsv1.StatefulSet, error) {
+func ensureStatefulSet(ctx context.Context, c client.Client, s *lullv1.Session, t *lullv1.SessionTemplate, replicas int32) (*appsv1.StatefulSet, error) {
 	existing := &appsv1.StatefulSet{}
-	err := ensure(ctx, c, s, StatefulSet(s, t), existing, "StatefulSet", func(dst, src *appsv1.StatefulSet) {
+	err := ensure(ctx, c, s, StatefulSet(s, t, replicas), existing, "StatefulSet", func(dst, src *appsv1.StatefulSet) {
 		dst.Spec.Replicas = src.Spec.Replicas
 		dst.Spec.Template = src.Spec.Template
 		dst.Spec.UpdateStrategy = src.Spec.UpdateStrategy

@@ -55,6 +55,9 @@ type Reconciler struct {
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	s := &lullv1.Session{}
 	if err := r.Client.Get(ctx, req.NamespacedName, s); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.passing.forget(req.String())
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if s.DeletionTimestamp != nil {
@@ -76,16 +79,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := ensureService(ctx, r.Client, s, t); err != nil {
 		return ctrl.Result{}, r.renderFailed(ctx, s, err)
 	}
-	sts, err := ensureStatefulSet(ctx, r.Client, s, t)
-	if err != nil {
-		return ctrl.Result{}, r.renderFailed(ctx, s, err)
-	}
-
 	pod, err := r.pod(ctx, s)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	o := rollout.Observed{Now: r.now(), Session: s, Strategy: t.Spec.UpdatePolicy.Strategy, StatefulSet: sts, Pod: pod}
+	o := rollout.Observed{Now: r.now(), Session: s, Strategy: t.Spec.UpdatePolicy.Strategy, Pod: pod}
+	if o.StatefulSet, err = ensureStatefulSet(ctx, r.Client, s, t, rollout.Replicas(o)); err != nil {
+		return ctrl.Result{}, r.renderFailed(ctx, s, err)
+	}
 	a := rollout.Decide(o)
 	a, err = r.execute(ctx, o, a)
 	if err != nil {

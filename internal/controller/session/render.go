@@ -35,12 +35,13 @@ func objectMeta(s *lullv1.Session, name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: labels(s)}
 }
 
-// StatefulSet renders a session's StatefulSet: one replica (zero when
-// suspended), updateStrategy OnDelete so only the controller replaces the
-// pod, and a pod running the template's runtime as the session's own
-// ServiceAccount. The runtime learns its session, namespace, pod name and
-// pod UID from LULL_* variables (the pod fields through the downward API).
-func StatefulSet(s *lullv1.Session, t *lullv1.SessionTemplate) *appsv1.StatefulSet {
+// StatefulSet renders a session's StatefulSet: replicas as given (1, or 0
+// once a suspended session has drained; see rollout.Replicas),
+// updateStrategy OnDelete so only the controller replaces the pod, and a
+// pod running the template's runtime as the session's own ServiceAccount.
+// The runtime learns its session, namespace, pod name and pod UID from
+// LULL_* variables (the pod fields through the downward API).
+func StatefulSet(s *lullv1.Session, t *lullv1.SessionTemplate, replicas int32) *appsv1.StatefulSet {
 	rt := t.Spec.Runtime
 	env := append([]corev1.EnvVar{
 		{Name: lullv1.EnvSessionName, Value: s.Name},
@@ -48,10 +49,6 @@ func StatefulSet(s *lullv1.Session, t *lullv1.SessionTemplate) *appsv1.StatefulS
 		{Name: lullv1.EnvPodName, ValueFrom: fieldRef("metadata.name")},
 		{Name: lullv1.EnvPodUID, ValueFrom: fieldRef("metadata.uid")},
 	}, rt.Env...)
-	replicas := int32(1)
-	if s.Spec.Suspend {
-		replicas = 0
-	}
 	sts := &appsv1.StatefulSet{
 		ObjectMeta: objectMeta(s, s.Name),
 		Spec: appsv1.StatefulSetSpec{
