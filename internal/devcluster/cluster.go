@@ -294,3 +294,32 @@ func (c *Cluster) Stop() error {
 	})
 	return c.stopErr
 }
+
+// StopControllerManager stops kube-controller-manager, so a test can
+// observe objects its controllers have not yet acted on (a StatefulSet
+// with no status, no pods). StartControllerManager starts it again.
+func (c *Cluster) StopControllerManager() error {
+	c.mu.Lock()
+	var found *process
+	for _, p := range c.procs {
+		if p.name == ComponentControllerManager && p.exitErr() == nil {
+			found = p
+		}
+	}
+	c.mu.Unlock()
+	if found == nil {
+		return errors.New("devcluster: kube-controller-manager is not running")
+	}
+	c.discard(found)
+	return nil
+}
+
+// StartControllerManager starts kube-controller-manager after
+// StopControllerManager and waits until it is healthy.
+func (c *Cluster) StartControllerManager(ctx context.Context) error {
+	client, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	return c.startControllerManager(ctx, client)
+}

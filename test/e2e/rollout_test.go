@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -404,4 +405,58 @@ func setSuspend(t *testing.T, ns, name string, suspend bool) {
 	if err := c.Patch(context.Background(), s, patch); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A brand-new StatefulSet whose status has no update revision yet triggers
+// nothing: with the StatefulSet controller stopped, a new session gets its
+// StatefulSet and no drain request, and waits with RevisionUnknown.
+func TestNewStatefulSetWithoutRevisionTriggersNothing(t *testing.T) {
+	ctx := context.Background()
+	ns := "e2e-no-revision"
+	if err := env.Cluster.StopControllerManager(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := false
+	restart := func() {
+		if !restarted {
+			restarted = true
+			if err := env.Cluster.StartControllerManager(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	defer restart()
+	names, err := scenario.Launch(ctx, c, scenario.Template(ns, "rt", "example.com/lull/turnrunner:v1"), "s", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := names[0]
+	eventually(t, 10*time.Second, "StatefulSet rendered", func() error {
+		var sts appsv1.StatefulSet
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &sts); err != nil {
+			return err
+		}
+		if sts.Status.UpdateRevision != "" {
+			t.Fatalf("the StatefulSet controller is running: updateRevision %q", sts.Status.UpdateRevision)
+		}
+		return nil
+	})
+	never(t, 7*time.Second, "no drain, no pod, revision unknown", func() error {
+		s := session(t, ns, name)
+		if s.Status.Drain != nil {
+			return fmt.Errorf("drain requested: %+v", s.Status.Drain)
+		}
+		if pod(t, ns, name) != nil {
+			return fmt.Errorf("a pod exists")
+		}
+		return nil
+	})
+	if c := meta.FindStatusCondition(session(t, ns, name).Status.Conditions, lullv1.ConditionUpToDate); c == nil || c.Reason != "RevisionUnknown" {
+		t.Errorf("UpToDate = %+v, want reason RevisionUnknown", c)
+	}
+	restart()
+	if _, err := scenario.WaitFor(ctx, c, ns, names, 200*time.Millisecond, 30*time.Second, nil, scenario.Converged); err != nil {
+		t.Fatal(err)
+	}
+	audited(t, ns)
 }
