@@ -109,7 +109,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return nil, err
 	}
-	sessions := &session.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("lull-controller")}
+	sessions := &session.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("lull-controller")}
 	if err := sessions.SetupWithManager(mgr, session.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}); err != nil {
 		return nil, fmt.Errorf("set up session controller: %w", err)
 	}

@@ -23,13 +23,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/drain"
 	"lull.dev/lull/internal/rollout"
 )
 
 // Reconciler reconciles Sessions.
 type Reconciler struct {
-	Client   client.Client
-	Recorder recorder.EventRecorder
+	Client client.Client
+	// APIReader reads from the API server, not the cache: a Drained report
+	// is confirmed on the server before its pod is deleted. Nil means
+	// Client.
+	APIReader client.Reader
+	Recorder  recorder.EventRecorder
 	// Clock is read once per reconcile; nil means the real clock.
 	Clock clock.PassiveClock
 
@@ -175,6 +180,16 @@ func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.
 		r.Recorder.Eventf(s, o.Pod, corev1.EventTypeNormal, a.Reason, "RequestDrain", a.Message)
 	case rollout.DeletePod:
 		uid := a.PodUID
+		if a.Reason == rollout.ReasonDrained {
+			confirmed, err := r.reportStands(ctx, s, uid)
+			if err != nil {
+				return a, err
+			}
+			if !confirmed {
+				log.FromContext(ctx).Info("Drained report no longer stands on the API server; not deleting", "pod", o.Pod.Name, "request", a.Drain.RequestID)
+				return rollout.Action{Kind: rollout.Wait, Reason: rollout.ReasonDraining, Drain: a.Drain, Message: a.Message}, nil
+			}
+		}
 		err := r.Client.Delete(ctx, o.Pod, client.Preconditions{UID: &uid})
 		switch {
 		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
@@ -191,6 +206,24 @@ func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.
 		r.Recorder.Eventf(s, o.Pod, eventType, a.Reason, "DeletePod", note)
 	}
 	return a, nil
+}
+
+// reportStands reads the session from the API server and reports whether
+// its runtime's Drained report still answers the drain request for pod. The
+// cache may be behind: a request withdrawn and issued again with the same
+// ID (a rollback, then the same rollout) can meet the previous episode's
+// Drained report there after the runtime has reopened; a runtime reopens
+// only after publishing Serving, which this read sees.
+func (r *Reconciler) reportStands(ctx context.Context, cached *lullv1.Session, pod types.UID) (bool, error) {
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	live := &lullv1.Session{}
+	if err := reader.Get(ctx, client.ObjectKeyFromObject(cached), live); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return drain.Answers(live.Status.Drain, live.Status.Runtime, pod), nil
 }
 
 // forcedBy says who set the force annotation (the field manager that owns
