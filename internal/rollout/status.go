@@ -109,7 +109,6 @@ func setUpToDate(o Observed, a Action, set func(typ string, status metav1.Condit
 	default:
 		set(lullv1.ConditionUpToDate, metav1.ConditionFalse, a.Reason, a.Message)
 	}
-
 }
 
 func phase(o Observed, a Action, st lullv1.SessionStatus) lullv1.SessionPhase {
