@@ -157,6 +157,13 @@ type SessionStatus struct {
 	// +optional
 	UpdateRevision string `json:"updateRevision,omitempty"`
 
+	// TemplateRevision is the template revision the pod runs (its
+	// lull.dev/template-revision label; compare SessionTemplate
+	// status.revision). StatefulSet revisions are per session; this one is
+	// shared by every session of a template.
+	// +optional
+	TemplateRevision string `json:"templateRevision,omitempty"`
+
 	// Conditions: Ready, UpToDate, Draining, Active.
 	// +optional
 	// +listType=map
@@ -189,7 +196,7 @@ type SessionStatus struct {
 // +kubebuilder:resource:shortName=sess,categories=lull
 // +kubebuilder:printcolumn:name="Template",type=string,JSONPath=`.spec.templateRef.name`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
-// +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.currentRevision`
+// +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.templateRevision`
 // +kubebuilder:printcolumn:name="UpToDate",type=string,JSONPath=`.status.conditions[?(@.type=="UpToDate")].status`
 // +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.status.runtime.state`
 // +kubebuilder:printcolumn:name="Turns",type=integer,JSONPath=`.status.runtime.activeTurns`

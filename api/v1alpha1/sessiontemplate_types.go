@@ -24,7 +24,7 @@ type RuntimeSpec struct {
 	// Image is the container image of the runtime.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
-	// +kubebuilder:validation:XValidation:rule="!self.contains(' ')",message="spec.runtime.image must not contain spaces"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('[[:space:]]')",message="spec.runtime.image must not contain whitespace"
 	Image string `json:"image"`
 
 	// Command overrides the image's entrypoint.
@@ -51,12 +51,14 @@ type RuntimeSpec struct {
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 
 	// Ports the runtime listens on; the session's headless Service exposes
-	// them.
+	// them. With more than one port, each needs a name (a Service requires
+	// it).
 	// +optional
 	// +listType=map
 	// +listMapKey=containerPort
 	// +listMapKey=protocol
 	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.size() <= 1 || self.all(p, has(p.name) && p.name != '')",message="spec.runtime.ports: with more than one port, every port needs a name (the session's Service requires it)"
 	Ports []corev1.ContainerPort `json:"ports,omitempty"`
 }
 
@@ -141,6 +143,7 @@ type SessionTemplateStatus struct {
 // +kubebuilder:printcolumn:name="Stale",type=integer,JSONPath=`.status.stale`
 // +kubebuilder:printcolumn:name="Draining",type=integer,JSONPath=`.status.draining`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be at most 63 characters: sessions carry it in the lull.dev/template label"
 type SessionTemplate struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

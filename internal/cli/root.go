@@ -13,8 +13,9 @@ func NewRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "lull",
 		Short:         "Roll out new runtimes to live session pods between their turns",
-		SilenceUsage:  true,
-		SilenceErrors: false,
+		SilenceUsage:     true,
+		SilenceErrors:    false,
+		PersistentPreRun: quietLibraryLog,
 	}
 	for _, add := range subcommands {
 		root.AddCommand(add())
@@ -26,8 +27,12 @@ func NewRoot() *cobra.Command {
 // command touches one file.
 var subcommands []func() *cobra.Command
 
-func init() {
-	// Commands other than `lull controller` use controller-runtime only as
-	// a client library; its log would only warn that no logger was set.
-	ctrllog.SetLogger(logr.Discard())
+// quietLibraryLog silences controller-runtime's log for commands that use
+// it only as a client library (it would warn that no logger was set).
+// controller-runtime takes the first logger it is given, so `lull
+// controller` must not call this: it sets its own.
+func quietLibraryLog(cmd *cobra.Command, _ []string) {
+	if cmd.Name() != "controller" {
+		ctrllog.SetLogger(logr.Discard())
+	}
 }

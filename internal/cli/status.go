@@ -166,6 +166,10 @@ on (for runtimes that cannot drain). The Event records who and why.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "session %s/%s: %s=%s\n", ns, args[0], lullv1.AnnotationForceUpdate, value)
+			if request == "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "this stays in effect: every later rollout replaces this session's pod without a drain.\n"+
+					"undo with: kubectl annotate session -n %s %s %s-\n", ns, args[0], lullv1.AnnotationForceUpdate)
+			}
 			return nil
 		},
 	}

@@ -20,9 +20,10 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 	st := *s.Status.DeepCopy()
 	st.ObservedGeneration = s.Generation
 	st.Drain = a.Drain
-	st.PodName, st.PodUID, st.CurrentRevision = "", "", ""
+	st.PodName, st.PodUID, st.CurrentRevision, st.TemplateRevision = "", "", "", ""
 	if o.Pod != nil {
 		st.PodName, st.PodUID, st.CurrentRevision = o.Pod.Name, o.Pod.UID, PodRevision(o.Pod)
+		st.TemplateRevision = o.Pod.Labels[lullv1.LabelTemplateRevision]
 	}
 	st.UpdateRevision = ""
 	if o.StatefulSet != nil {

@@ -29,6 +29,8 @@ func TestCRDValidation(t *testing.T) {
 
 	withEnv := newTemplate(ns, "bad-env", "example.com/rt:v1")
 	withEnv.Spec.Runtime.Env = []corev1.EnvVar{{Name: "OK", Value: "1"}, {Name: "LULL_X", Value: "1"}}
+	twoPorts := newTemplate(ns, "two-ports", "example.com/rt:v1")
+	twoPorts.Spec.Runtime.Ports = []corev1.ContainerPort{{ContainerPort: 8080, Protocol: corev1.ProtocolTCP}, {ContainerPort: 9090, Protocol: corev1.ProtocolTCP}}
 	badStrategy := newTemplate(ns, "bad-strategy", "example.com/rt:v1")
 	badStrategy.Spec.UpdatePolicy.Strategy = "Sometimes"
 
@@ -48,7 +50,22 @@ func TestCRDValidation(t *testing.T) {
 		{
 			name:  "template with a space in the image",
 			write: create(newTemplate(ns, "space-image", "example.com/rt: v1")),
-			field: []string{"spec.runtime.image", "must not contain spaces"},
+			field: []string{"spec.runtime.image", "must not contain whitespace"},
+		},
+		{
+			name:  "template with a tab and a newline in the image",
+			write: create(newTemplate(ns, "tab-image", "a\tb\n")),
+			field: []string{"spec.runtime.image", "must not contain whitespace"},
+		},
+		{
+			name:  "template with two unnamed ports",
+			write: create(twoPorts),
+			field: []string{"spec.runtime.ports", "every port needs a name"},
+		},
+		{
+			name:  "template name longer than 63 characters",
+			write: create(newTemplate(ns, strings.Repeat("t", 64), "example.com/rt:v1")),
+			field: []string{"metadata.name", "at most 63 characters"},
 		},
 		{
 			name:  "template with an unknown update strategy",

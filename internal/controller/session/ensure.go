@@ -27,7 +27,12 @@ func (e errNotOwned) Error() string {
 // session as controller owner) when absent, updated when the spec hash lull
 // stamped differs, left alone otherwise. existing receives the object as it
 // is on the server (or in the cache).
-func ensure[T client.Object](ctx context.Context, c client.Client, s *lullv1.Session, desired, existing T, kind string, copySpec func(dst, src T)) error {
+//
+// The cache holds only objects labelled lull.dev/session, so an object of
+// the same name that lull did not create is invisible to it; a create that
+// meets one (AlreadyExists) reads it from the API server through live and
+// refuses it with errNotOwned unless the session controls it.
+func ensure[T client.Object](ctx context.Context, c client.Client, live client.Reader, s *lullv1.Session, desired, existing T, kind string, copySpec func(dst, src T)) error {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(desired), existing); err != nil {
 		if !apierrors.IsNotFound(err) {
 			return err
@@ -35,7 +40,17 @@ func ensure[T client.Object](ctx context.Context, c client.Client, s *lullv1.Ses
 		if err := controllerutil.SetControllerReference(s, desired, c.Scheme()); err != nil {
 			return err
 		}
-		if err := c.Create(ctx, desired); err != nil && !apierrors.IsAlreadyExists(err) {
+		err := c.Create(ctx, desired)
+		switch {
+		case apierrors.IsAlreadyExists(err):
+			if err := live.Get(ctx, client.ObjectKeyFromObject(desired), existing); err != nil {
+				return err
+			}
+			if !metav1.IsControlledBy(existing, s) {
+				return errNotOwned{kind: kind, name: existing.GetName()}
+			}
+			return nil // ours; the cache will catch up
+		case err != nil:
 			return fmt.Errorf("create %s %s: %w", kind, desired.GetName(), err)
 		}
 		copySpec(existing, desired)
@@ -71,22 +86,22 @@ func merge(dst, src map[string]string) map[string]string {
 }
 
 // ensureIdentity makes the runtime's ServiceAccount, Role and RoleBinding.
-func ensureIdentity(ctx context.Context, c client.Client, s *lullv1.Session) error {
-	if err := ensure(ctx, c, s, ServiceAccount(s), &corev1.ServiceAccount{}, "ServiceAccount", func(dst, src *corev1.ServiceAccount) {}); err != nil {
+func ensureIdentity(ctx context.Context, c client.Client, live client.Reader, s *lullv1.Session) error {
+	if err := ensure(ctx, c, live, s, ServiceAccount(s), &corev1.ServiceAccount{}, "ServiceAccount", func(dst, src *corev1.ServiceAccount) {}); err != nil {
 		return err
 	}
-	if err := ensure(ctx, c, s, Role(s), &rbacv1.Role{}, "Role", func(dst, src *rbacv1.Role) { dst.Rules = src.Rules }); err != nil {
+	if err := ensure(ctx, c, live, s, Role(s), &rbacv1.Role{}, "Role", func(dst, src *rbacv1.Role) { dst.Rules = src.Rules }); err != nil {
 		return err
 	}
-	return ensure(ctx, c, s, RoleBinding(s), &rbacv1.RoleBinding{}, "RoleBinding", func(dst, src *rbacv1.RoleBinding) {
+	return ensure(ctx, c, live, s, RoleBinding(s), &rbacv1.RoleBinding{}, "RoleBinding", func(dst, src *rbacv1.RoleBinding) {
 		dst.Subjects = src.Subjects
 		dst.RoleRef = src.RoleRef
 	})
 }
 
 // ensureService makes the session's headless Service.
-func ensureService(ctx context.Context, c client.Client, s *lullv1.Session, t *lullv1.SessionTemplate) error {
-	return ensure(ctx, c, s, Service(s, t), &corev1.Service{}, "Service", func(dst, src *corev1.Service) {
+func ensureService(ctx context.Context, c client.Client, live client.Reader, s *lullv1.Session, t *lullv1.SessionTemplate) error {
+	return ensure(ctx, c, live, s, Service(s, t), &corev1.Service{}, "Service", func(dst, src *corev1.Service) {
 		dst.Spec.Ports = src.Spec.Ports
 		dst.Spec.Selector = src.Spec.Selector
 		dst.Spec.PublishNotReadyAddresses = src.Spec.PublishNotReadyAddresses
@@ -96,9 +111,9 @@ func ensureService(ctx context.Context, c client.Client, s *lullv1.Session, t *l
 // ensureStatefulSet makes the session's StatefulSet carry the template's
 // current runtime at once: the StatefulSet controller then publishes the new
 // update revision, and the rollout decides when the pod moves to it.
-func ensureStatefulSet(ctx context.Context, c client.Client, s *lullv1.Session, t *lullv1.SessionTemplate, replicas int32) (*appsv1.StatefulSet, error) {
+func ensureStatefulSet(ctx context.Context, c client.Client, live client.Reader, s *lullv1.Session, t *lullv1.SessionTemplate, replicas int32) (*appsv1.StatefulSet, error) {
 	existing := &appsv1.StatefulSet{}
-	err := ensure(ctx, c, s, StatefulSet(s, t, replicas), existing, "StatefulSet", func(dst, src *appsv1.StatefulSet) {
+	err := ensure(ctx, c, live, s, StatefulSet(s, t, replicas), existing, "StatefulSet", func(dst, src *appsv1.StatefulSet) {
 		dst.Spec.Replicas = src.Spec.Replicas
 		dst.Spec.Template = src.Spec.Template
 		dst.Spec.UpdateStrategy = src.Spec.UpdateStrategy

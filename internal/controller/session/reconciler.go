@@ -78,10 +78,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			fmt.Sprintf("SessionTemplate %q not found in namespace %s; create it or fix spec.templateRef.name", s.Spec.TemplateRef.Name, s.Namespace))
 	}
 
-	if err := ensureIdentity(ctx, r.Client, s); err != nil {
+	if err := ensureIdentity(ctx, r.Client, r.reader(), s); err != nil {
 		return ctrl.Result{}, r.renderFailed(ctx, s, err)
 	}
-	if err := ensureService(ctx, r.Client, s, t); err != nil {
+	if err := ensureService(ctx, r.Client, r.reader(), s, t); err != nil {
 		return ctrl.Result{}, r.renderFailed(ctx, s, err)
 	}
 	pod, err := r.pod(ctx, s)
@@ -89,7 +89,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	o := rollout.Observed{Now: r.now(), Session: s, Strategy: t.Spec.UpdatePolicy.Strategy, Pod: pod}
-	if o.StatefulSet, err = ensureStatefulSet(ctx, r.Client, s, t, rollout.Replicas(o)); err != nil {
+	if o.StatefulSet, err = ensureStatefulSet(ctx, r.Client, r.reader(), s, t, rollout.Replicas(o)); err != nil {
 		return ctrl.Result{}, r.renderFailed(ctx, s, err)
 	}
 	a := rollout.Decide(o)
@@ -137,6 +137,14 @@ func (r *Reconciler) settle(key types.NamespacedName, o rollout.Observed, a roll
 	}
 	since := r.passing.since(key.String(), a.Reason, o.Now)
 	return since.Add(SettleDelay).Sub(o.Now)
+}
+
+// reader reads from the API server, bypassing the cache.
+func (r *Reconciler) reader() client.Reader {
+	if r.APIReader == nil {
+		return r.Client
+	}
+	return r.APIReader
 }
 
 func (r *Reconciler) now() time.Time {
@@ -215,12 +223,8 @@ func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.
 // Drained report there after the runtime has reopened; a runtime reopens
 // only after publishing Serving, which this read sees.
 func (r *Reconciler) reportStands(ctx context.Context, cached *lullv1.Session, pod types.UID) (bool, error) {
-	reader := r.APIReader
-	if reader == nil {
-		reader = r.Client
-	}
 	live := &lullv1.Session{}
-	if err := reader.Get(ctx, client.ObjectKeyFromObject(cached), live); err != nil {
+	if err := r.reader().Get(ctx, client.ObjectKeyFromObject(cached), live); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
 	return drain.Answers(live.Status.Drain, live.Status.Runtime, pod), nil
@@ -248,10 +252,13 @@ func containsField(raw []byte, annotation string) bool {
 }
 
 // blocked records a problem that stops the session from being rendered,
-// without touching what is already running.
+// without touching what is already running. An outstanding drain request
+// is withdrawn: while lull cannot act on a drained runtime, it must not
+// hold it sealed.
 func (r *Reconciler) blocked(ctx context.Context, s *lullv1.Session, reason, msg string) error {
 	st := s.Status.DeepCopy()
 	st.ObservedGeneration = s.Generation
+	st.Drain = nil
 	if st.Phase == "" {
 		st.Phase = lullv1.SessionPending
 	}
@@ -264,10 +271,18 @@ func (r *Reconciler) blocked(ctx context.Context, s *lullv1.Session, reason, msg
 	return r.writeStatus(ctx, s, *st, reason)
 }
 
+// renderFailed turns an error from rendering the session's objects into a
+// condition and an Event when retrying cannot help: a name taken by an
+// object the session does not own, or an object the API server refuses
+// (a template that passes the CRD's validation but not the StatefulSet's
+// or Service's). Other errors are returned, to be retried.
 func (r *Reconciler) renderFailed(ctx context.Context, s *lullv1.Session, err error) error {
 	var notOwned errNotOwned
-	if errors.As(err, &notOwned) {
+	switch {
+	case errors.As(err, &notOwned):
 		return r.blocked(ctx, s, "NameConflict", err.Error())
+	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err):
+		return r.blocked(ctx, s, "RenderFailed", fmt.Sprintf("%v; fix SessionTemplate %s", err, s.Spec.TemplateRef.Name))
 	}
 	return err
 }

@@ -24,6 +24,7 @@ type controllerStatus struct {
 	PodUID                    types.UID            `json:"podUID"`
 	CurrentRevision           string               `json:"currentRevision"`
 	UpdateRevision            string               `json:"updateRevision"`
+	TemplateRevision          string               `json:"templateRevision"`
 	Conditions                []metav1.Condition   `json:"conditions"`
 	Drain                     *lullv1.DrainRequest `json:"drain"`
 	FailedReplacements        int32                `json:"failedReplacements"`
@@ -34,7 +35,7 @@ func ownedPart(st lullv1.SessionStatus) controllerStatus {
 	return controllerStatus{
 		ObservedGeneration: st.ObservedGeneration, Phase: st.Phase,
 		PodName: st.PodName, PodUID: st.PodUID,
-		CurrentRevision: st.CurrentRevision, UpdateRevision: st.UpdateRevision,
+		CurrentRevision: st.CurrentRevision, UpdateRevision: st.UpdateRevision, TemplateRevision: st.TemplateRevision,
 		Conditions: st.Conditions, Drain: st.Drain,
 		FailedReplacements: st.FailedReplacements, LastFailedReplacementTime: st.LastFailedReplacementTime,
 	}

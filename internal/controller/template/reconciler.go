@@ -55,7 +55,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if wait := r.untilWriteAllowed(req.NamespacedName); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
-	body, err := json.Marshal(map[string]any{"status": next})
+	body, err := statusPatch(next)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -81,9 +81,28 @@ func (r *Reconciler) untilWriteAllowed(key types.NamespacedName) time.Duration {
 	return 0
 }
 
+// statusPatch is the JSON merge patch that sets a template's status to st;
+// a cleared oldestStaleSince is written as null, not left out (a merge
+// patch keeps what it does not mention).
+func statusPatch(st lullv1.SessionTemplateStatus) ([]byte, error) {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return nil, err
+	}
+	fields := map[string]any{}
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return nil, err
+	}
+	if st.OldestStaleSince == nil {
+		fields["oldestStaleSince"] = nil
+	}
+	return json.Marshal(map[string]any{"status": fields})
+}
+
 // Summarize counts sessions by rollout state. A session is current when its
-// UpToDate condition is True, stale when it is False; draining when it has a
-// drain request outstanding.
+// pod runs the template's current revision (status.templateRevision) and
+// its UpToDate condition is True; stale otherwise, unless suspended;
+// draining when it has a drain request outstanding.
 func Summarize(t *lullv1.SessionTemplate, sessions []lullv1.Session) lullv1.SessionTemplateStatus {
 	st := lullv1.SessionTemplateStatus{ObservedGeneration: t.Generation, Revision: session.TemplateRevision(t), Conditions: append([]metav1.Condition(nil), t.Status.Conditions...)}
 	for i := range sessions {
@@ -96,14 +115,17 @@ func Summarize(t *lullv1.SessionTemplate, sessions []lullv1.Session) lullv1.Sess
 		if s.Status.Drain != nil {
 			st.Draining++
 		}
-		switch c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionUpToDate); {
-		case c == nil:
-		case c.Status == metav1.ConditionTrue:
+		c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionUpToDate)
+		if c != nil && c.Status == metav1.ConditionTrue && s.Status.TemplateRevision == st.Revision {
 			st.Current++
-		case c.Status == metav1.ConditionFalse:
-			st.Stale++
-			if st.OldestStaleSince == nil || c.LastTransitionTime.Before(st.OldestStaleSince) {
-				since := c.LastTransitionTime
+			continue
+		}
+		st.Stale++
+		// Stale since its UpToDate condition left True; a session whose
+		// controller has not yet seen the new revision has no such time
+		// yet.
+		if c != nil && c.Status != metav1.ConditionTrue {
+			if since := c.LastTransitionTime; st.OldestStaleSince == nil || since.Before(st.OldestStaleSince) {
 				st.OldestStaleSince = &since
 			}
 		}

@@ -8,13 +8,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/controller/session"
 )
 
 func TestSummarize(t *testing.T) {
 	old := metav1.NewTime(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
 	newer := metav1.NewTime(old.Add(time.Hour))
-	session := func(upToDate metav1.ConditionStatus, since metav1.Time, draining, suspended bool) lullv1.Session {
-		s := lullv1.Session{Spec: lullv1.SessionSpec{Suspend: suspended}}
+	tmpl := &lullv1.SessionTemplate{ObjectMeta: metav1.ObjectMeta{Generation: 3}, Spec: lullv1.SessionTemplateSpec{Runtime: lullv1.RuntimeSpec{Image: "i:1"}}}
+	rev := session.TemplateRevision(tmpl)
+	sess := func(upToDate metav1.ConditionStatus, since metav1.Time, draining, suspended bool) lullv1.Session {
+		s := lullv1.Session{Spec: lullv1.SessionSpec{Suspend: suspended}, Status: lullv1.SessionStatus{TemplateRevision: rev}}
 		if upToDate != "" {
 			s.Status.Conditions = []metav1.Condition{{Type: lullv1.ConditionUpToDate, Status: upToDate, LastTransitionTime: since}}
 		}
@@ -23,16 +26,20 @@ func TestSummarize(t *testing.T) {
 		}
 		return s
 	}
-	tmpl := &lullv1.SessionTemplate{ObjectMeta: metav1.ObjectMeta{Generation: 3}, Spec: lullv1.SessionTemplateSpec{Runtime: lullv1.RuntimeSpec{Image: "i:1"}}}
+	// A session whose pod still runs the previous template revision is stale
+	// even while its own UpToDate condition has not caught up.
+	previous := sess(metav1.ConditionTrue, old, false, false)
+	previous.Status.TemplateRevision = "0000000000"
 
 	st := Summarize(tmpl, []lullv1.Session{
-		session(metav1.ConditionTrue, old, false, false),
-		session(metav1.ConditionFalse, newer, true, false),
-		session(metav1.ConditionFalse, old, true, false),
-		session(metav1.ConditionUnknown, old, false, false),
-		session("", old, false, true),
+		sess(metav1.ConditionTrue, old, false, false),
+		sess(metav1.ConditionFalse, newer, true, false),
+		sess(metav1.ConditionFalse, old, true, false),
+		sess(metav1.ConditionUnknown, old, false, false),
+		sess("", old, false, true),
+		previous,
 	})
-	if st.Sessions != 5 || st.Current != 1 || st.Stale != 2 || st.Draining != 2 || st.Suspended != 1 {
+	if st.Sessions != 6 || st.Current != 1 || st.Stale != 4 || st.Draining != 2 || st.Suspended != 1 {
 		t.Errorf("counts = %+v", st)
 	}
 	if st.OldestStaleSince == nil || !st.OldestStaleSince.Equal(&old) {
@@ -45,7 +52,7 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("RolledOut = %+v, want False", c)
 	}
 
-	done := Summarize(tmpl, []lullv1.Session{session(metav1.ConditionTrue, old, false, false), session("", old, false, true)})
+	done := Summarize(tmpl, []lullv1.Session{sess(metav1.ConditionTrue, old, false, false), sess("", old, false, true)})
 	if c := meta.FindStatusCondition(done.Conditions, lullv1.ConditionRolledOut); c == nil || c.Status != metav1.ConditionTrue || done.OldestStaleSince != nil {
 		t.Errorf("all current: RolledOut = %+v, oldest stale %v", c, done.OldestStaleSince)
 	}
