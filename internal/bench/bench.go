@@ -9,6 +9,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -58,7 +59,8 @@ type Result struct {
 }
 
 // Run measures one rollout on env.
-func Run(ctx context.Context, env *localenv.Env, o Options) (Result, error) {
+func Run(ctx context.Context, env *localenv.Env, o Options) (_ Result, err error) {
+	defer func() { err = scenario.Interrupted(ctx, err) }()
 	out := o.Out
 	c, err := scenario.NewClient(env.Cluster.Config)
 	if err != nil {
@@ -77,7 +79,9 @@ func Run(ctx context.Context, env *localenv.Env, o Options) (Result, error) {
 		return Result{}, err
 	}
 	before, err := scenario.WaitFor(ctx, c, o.Namespace, names, time.Second, o.Timeout, progress(out, "starting", start, nil), scenario.Converged)
-	if err != nil {
+	if errors.Is(err, scenario.ErrInterrupted) {
+		return Result{}, fmt.Errorf("start of the sessions %w", err)
+	} else if err != nil {
 		return Result{}, fmt.Errorf("sessions did not start: %w", err)
 	}
 	if err := waitReported(ctx, c, o.Namespace, names, before, o.Timeout); err != nil {
@@ -102,13 +106,17 @@ func Run(ctx context.Context, env *localenv.Env, o Options) (Result, error) {
 	if err := scenario.SetImage(ctx, c, o.Namespace, "bench", "example.com/lull/turnrunner:v2"); err != nil {
 		return Result{}, err
 	}
-	if _, err := scenario.WaitFor(ctx, c, o.Namespace, names, 250*time.Millisecond, o.Timeout, progress(out, "rolling out", start, &before), scenario.MovedFrom(before)); err != nil {
+	if _, err := scenario.WaitFor(ctx, c, o.Namespace, names, 250*time.Millisecond, o.Timeout, progress(out, "rolling out", start, &before), scenario.MovedFrom(before)); errors.Is(err, scenario.ErrInterrupted) {
+		return Result{}, fmt.Errorf("rollout %w", err)
+	} else if err != nil {
 		return Result{}, fmt.Errorf("rollout did not converge: %w", err)
 	}
 	r := Result{Sessions: o.Sessions, Converge: time.Since(start)}
 	// Let the last reconciles (status of the new pods) land before reading
 	// the counters: they are part of the rollout's cost.
-	time.Sleep(3 * time.Second)
+	if err := scenario.Sleep(ctx, 3*time.Second); err != nil {
+		return Result{}, err
+	}
 	writes1, err := scrapeWrites(env.MetricsURL())
 	if err != nil {
 		return Result{}, err
@@ -173,7 +181,9 @@ func waitReported(ctx context.Context, c client.Client, ns string, names []strin
 		if time.Now().After(deadline) {
 			return fmt.Errorf("only %d of %d runtimes reported within %s", ready, len(names), timeout)
 		}
-		time.Sleep(time.Second)
+		if err := scenario.Sleep(ctx, time.Second); err != nil {
+			return fmt.Errorf("%w with %d of %d runtimes reported", err, ready, len(names))
+		}
 	}
 }
 

@@ -27,19 +27,31 @@ whose runtimes are idle, roll out a runtime update under the Drain strategy,
 and print: time to converge, controller API writes per replaced session,
 Drained-report-to-delete latency (p50/p99), controller peak RSS and CPU.
 Exits non-zero if a target is missed. See docs/benchmarks.md.`,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
+			if o.Sessions < 1 {
+				return fmt.Errorf("--sessions must be at least 1, got %d", o.Sessions)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			out := cmd.OutOrStdout()
-			env, err := localenv.Up(ctx, localenv.Options{StateDir: stateDir, Progress: out})
+			dir, err := newStateDir(stateDir, "lull-bench-*")
 			if err != nil {
 				return err
 			}
-			defer env.Down()
+			defer func() { err = dir.finish(err) }()
+			env, err := localenv.Up(ctx, localenv.Options{StateDir: dir.path, Progress: out})
+			if err != nil {
+				return err
+			}
+			defer func() {
+				if derr := env.Down(); derr != nil && err == nil {
+					err = derr
+				}
+			}()
 			o.Out = out
 			r, err := bench.Run(ctx, env, o)
 			if err != nil {
-				return fmt.Errorf("%w (logs in %s)", err, env.Cluster.StateDir)
+				return err
 			}
 			if !r.Print(out) {
 				return errors.New("a benchmark target was missed")
@@ -50,6 +62,6 @@ Exits non-zero if a target is missed. See docs/benchmarks.md.`,
 	f := cmd.Flags()
 	f.IntVar(&o.Sessions, "sessions", o.Sessions, "number of sessions")
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "limit for the sessions to start and for the rollout")
-	f.StringVar(&stateDir, "state-dir", "", "directory for the cluster's state and logs (default: a new temp dir)")
+	f.StringVar(&stateDir, "state-dir", "", "directory for the cluster's state and logs, kept on exit (default: a new temp dir, removed on exit unless the run fails)")
 	return cmd
 }

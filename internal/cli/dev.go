@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"lull.dev/lull/internal/demo"
+	"lull.dev/lull/internal/devcluster"
 	"lull.dev/lull/internal/localenv"
 )
 
@@ -34,21 +36,44 @@ With --demo, create sessions whose runtimes take turns, roll out a runtime
 update under the Drain strategy, show progress and print a summary; exit
 non-zero if any turn was interrupted.
 
-Ctrl-C stops every process lull dev started. The binaries come from
-'make tools' (hack/build-tools.sh).`,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+Ctrl-C stops every process lull dev started. Without --state-dir, state and
+logs go to a new temporary directory that is removed on exit, unless the
+demo failed: then it is kept and named. A --state-dir is never removed. The
+binaries come from 'make tools' (hack/build-tools.sh).`,
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
+			if d.Sessions < 1 {
+				return fmt.Errorf("--sessions must be at least 1, got %d", d.Sessions)
+			}
+			if d.TurnMin < 0 || d.TurnMax < 0 {
+				return fmt.Errorf("--turn-min (%s) and --turn-max (%s) must not be negative", d.TurnMin, d.TurnMax)
+			}
+			if d.TurnMin > d.TurnMax {
+				return fmt.Errorf("--turn-min (%s) must not be greater than --turn-max (%s)", d.TurnMin, d.TurnMax)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			out := cmd.OutOrStdout()
-			env, err := localenv.Up(ctx, localenv.Options{StateDir: stateDir, Progress: out})
+			dir, err := newStateDir(stateDir, "lull-dev-*")
 			if err != nil {
+				return err
+			}
+			defer func() { err = dir.finish(err) }()
+
+			env, err := localenv.Up(ctx, localenv.Options{StateDir: dir.path, Progress: out})
+			if err != nil {
+				if !runDemo && interrupted(ctx) {
+					return nil // Ctrl-C while starting: nothing went wrong
+				}
 				return err
 			}
 			defer func() {
 				fmt.Fprintln(out, "stopping the local control plane")
-				_ = env.Down()
+				if derr := env.Down(); derr != nil && err == nil {
+					err = derr // a component crashed: keep its log
+				}
 			}()
-			fmt.Fprintf(out, "\nlocal control plane ready; state and logs in %s\n  export KUBECONFIG=%s\n", env.Cluster.StateDir, env.Cluster.Kubeconfig)
+			fmt.Fprintf(out, "\nlocal control plane ready; state and logs in %s%s\n  export KUBECONFIG=%s\n",
+				env.Cluster.StateDir, dir.note(runDemo), env.Cluster.Kubeconfig)
 			if !runDemo {
 				fmt.Fprintln(out, "press Ctrl-C to stop")
 				<-ctx.Done()
@@ -67,15 +92,71 @@ Ctrl-C stops every process lull dev started. The binaries come from
 			if !summary.OK() {
 				return fmt.Errorf("demo failed: %d turns interrupted, %d violations", summary.TurnsInterrupted, len(summary.Violations))
 			}
-			return context.Cause(ctx)
+			return nil
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&stateDir, "state-dir", "", "directory for certificates, kubeconfig, logs and etcd data (default: a new temp dir)")
+	f.StringVar(&stateDir, "state-dir", "", "directory for certificates, kubeconfig, logs and etcd data, kept on exit (default: a new temp dir, removed on exit unless the demo failed)")
 	f.BoolVar(&runDemo, "demo", false, "run the rollout demo and print a summary")
 	f.BoolVar(&keep, "keep", false, "with --demo, keep the cluster running after the summary")
 	f.IntVar(&d.Sessions, "sessions", d.Sessions, "demo: number of sessions")
 	f.DurationVar(&d.TurnMin, "turn-min", d.TurnMin, "demo: shortest turn")
 	f.DurationVar(&d.TurnMax, "turn-max", d.TurnMax, "demo: longest turn")
 	return cmd
+}
+
+// stateDir is where a local environment keeps its certificates, logs and
+// etcd data: the --state-dir the user gave, which is never removed, or a
+// new temporary directory, removed after a run that succeeded.
+type stateDir struct {
+	path string
+	temp bool
+}
+
+// newStateDir returns the directory given, or creates a temporary one
+// named by pattern (see os.MkdirTemp).
+func newStateDir(given, pattern string) (stateDir, error) {
+	if given != "" {
+		return stateDir{path: given}, nil
+	}
+	path, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		return stateDir{}, fmt.Errorf("create a state directory: %w", err)
+	}
+	return stateDir{path: path, temp: true}, nil
+}
+
+// note tells the user what becomes of the directory.
+func (d stateDir) note(keptOnFailure bool) string {
+	switch {
+	case !d.temp:
+		return ""
+	case keptOnFailure:
+		return " (removed on exit unless the run fails)"
+	default:
+		return " (removed on exit)"
+	}
+}
+
+// finish ends a run whose result is err: a temporary directory is removed
+// if the run succeeded; otherwise the directory is kept and the error
+// says where.
+func (d stateDir) finish(err error) error {
+	if err == nil {
+		if d.temp {
+			if rerr := os.RemoveAll(d.path); rerr != nil {
+				return fmt.Errorf("remove %s: %w", d.path, rerr)
+			}
+		}
+		return nil
+	}
+	if _, serr := os.Stat(d.path); serr != nil || errors.Is(err, devcluster.ErrStateDirInUse) {
+		return err // nothing of this run's to keep
+	}
+	return fmt.Errorf("%w\nlogs kept in %s", err, d.path)
+}
+
+// interrupted reports whether ctx ended because of Ctrl-C or SIGTERM.
+func interrupted(ctx context.Context) bool {
+	return errors.Is(ctx.Err(), context.Canceled)
 }

@@ -1,13 +1,17 @@
 package cli
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"lull.dev/lull/examples/turnrunner"
 	"lull.dev/lull/internal/podprocess"
@@ -25,14 +29,27 @@ func newExampleRuntimeCommand() *cobra.Command {
 runtime SDK's gate, drains when its session asks, and journals each turn to
 $LULL_JOURNAL. It reads its session and pod from the LULL_* variables lull
 sets in every session pod, and its credentials from $KUBECONFIG or the
-in-cluster ServiceAccount.`,
+in-cluster ServiceAccount.
+
+Under 'lull dev' every session pod runs this command with its container's
+args, which are meant for the real runtime image: flags and arguments it
+does not know are ignored (and listed in its log), not an error.`,
+		// The container's args are written for the real runtime image.
+		FParseErrWhitelist: cobra.FParseErrWhitelist{UnknownFlags: true},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			if ignored := ignoredArgs(cmd.Flags(), rawArgs(cmd.Name())); len(ignored) > 0 {
+				log.Info("ignoring arguments meant for another runtime", "args", strings.Join(ignored, " "))
+			}
+			if err := validateTurns(opts); err != nil {
+				return err
+			}
 			cfg, err := runtime.ConfigFromEnv()
 			if err != nil {
 				return err
 			}
 			opts.Journal = os.Getenv(podprocess.EnvJournal)
-			opts.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+			opts.Log = log
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
 			return turnrunner.Run(ctx, cfg, opts)
@@ -43,4 +60,78 @@ in-cluster ServiceAccount.`,
 	f.DurationVar(&opts.TurnMax, "turn-max", 5*time.Second, "longest turn")
 	f.DurationVar(&opts.ThinkMax, "think-max", time.Second, "longest pause between turns")
 	return cmd
+}
+
+// validateTurns checks the workload's durations before anything starts.
+func validateTurns(o turnrunner.Options) error {
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--turn-min", o.TurnMin}, {"--turn-max", o.TurnMax}, {"--think-max", o.ThinkMax}} {
+		if d.v < 0 {
+			return fmt.Errorf("%s (%s) must not be negative", d.flag, d.v)
+		}
+	}
+	if o.TurnMin > o.TurnMax {
+		return fmt.Errorf("--turn-min (%s) must not be greater than --turn-max (%s)", o.TurnMin, o.TurnMax)
+	}
+	return nil
+}
+
+// rawArgs returns the command line after the subcommand name, as cobra
+// parsed it (cobra reads os.Args when no arguments were set).
+func rawArgs(name string) []string {
+	if i := slices.Index(os.Args, name); i > 0 {
+		return os.Args[i+1:]
+	}
+	return nil
+}
+
+// ignoredArgs returns what the flag set fs ignores in args: unknown flags
+// (each with the value pflag drops with it, "--flag value") and positional
+// arguments, in order.
+func ignoredArgs(fs *pflag.FlagSet, args []string) []string {
+	var out []string
+	// takesValue reports whether a known flag given without "=value"
+	// consumes the next argument.
+	takesValue := func(f *pflag.Flag, inline bool) bool { return !inline && f.NoOptDefVal == "" }
+	// unknown records an unknown flag, and the next argument if pflag
+	// takes it as the flag's value.
+	unknown := func(i int, inline bool) int {
+		a := args[i]
+		if !inline && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+			i++
+			a += " " + args[i]
+		}
+		out = append(out, a)
+		return i
+	}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return append(out, args[i+1:]...)
+		case strings.HasPrefix(a, "--"):
+			name, _, inline := strings.Cut(a[2:], "=")
+			if f := fs.Lookup(name); f != nil {
+				if takesValue(f, inline) {
+					i++
+				}
+				continue
+			}
+			i = unknown(i, inline)
+		case strings.HasPrefix(a, "-") && len(a) > 1:
+			inline := len(a) > 2 // "-xVALUE", "-x=VALUE" or a group of shorthands
+			if f := fs.ShorthandLookup(a[1:2]); f != nil {
+				if takesValue(f, inline) {
+					i++
+				}
+				continue
+			}
+			i = unknown(i, inline)
+		default:
+			out = append(out, a)
+		}
+	}
+	return out
 }

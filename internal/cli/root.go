@@ -11,8 +11,8 @@ import (
 // NewRoot returns the lull command with every subcommand attached.
 func NewRoot() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "lull",
-		Short:         "Roll out new runtimes to live session pods between their turns",
+		Use:              "lull",
+		Short:            "Roll out new runtimes to live session pods between their turns",
 		SilenceUsage:     true,
 		SilenceErrors:    false,
 		PersistentPreRun: quietLibraryLog,

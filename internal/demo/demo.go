@@ -6,6 +6,7 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -56,7 +57,8 @@ func (s Summary) OK() bool {
 }
 
 // Run plays the demo on env.
-func Run(ctx context.Context, env *localenv.Env, o Options) (Summary, error) {
+func Run(ctx context.Context, env *localenv.Env, o Options) (_ Summary, err error) {
+	defer func() { err = scenario.Interrupted(ctx, err) }()
 	out := o.Out
 	c, err := scenario.NewClient(env.Cluster.Config)
 	if err != nil {
@@ -73,11 +75,15 @@ func Run(ctx context.Context, env *localenv.Env, o Options) (Summary, error) {
 	}
 	fmt.Fprintf(out, "\ncreated SessionTemplate %s/agent (image example.com/lull/turnrunner:v1) and %d sessions\n", o.Namespace, o.Sessions)
 	before, err := scenario.WaitFor(ctx, c, o.Namespace, names, 500*time.Millisecond, 2*time.Minute, nil, scenario.Converged)
-	if err != nil {
+	if errors.Is(err, scenario.ErrInterrupted) {
+		return Summary{}, fmt.Errorf("start of the sessions %w", err)
+	} else if err != nil {
 		return Summary{}, fmt.Errorf("sessions did not start: %w", err)
 	}
 	fmt.Fprintf(out, "all %d sessions running revision %s; their runtimes are taking turns of %s–%s\n", o.Sessions, only(before.Revisions), o.TurnMin, o.TurnMax)
-	time.Sleep(o.Warmup)
+	if err := scenario.Sleep(ctx, o.Warmup); err != nil {
+		return Summary{}, err
+	}
 
 	fmt.Fprintf(out, "\nrolling out image example.com/lull/turnrunner:v2 (strategy Drain)\n")
 	start := time.Now()
@@ -93,13 +99,17 @@ func Run(ctx context.Context, env *localenv.Env, o Options) (Summary, error) {
 		}
 	}, scenario.MovedFrom(before))
 	converge := time.Since(start)
-	if err != nil {
+	if errors.Is(err, scenario.ErrInterrupted) {
+		return Summary{}, fmt.Errorf("rollout %w", err)
+	} else if err != nil {
 		return Summary{}, fmt.Errorf("rollout did not converge: %w", err)
 	}
 
 	// Let the last replaced runtimes start their first turns, so the
 	// journals show the new pods at work.
-	time.Sleep(time.Second)
+	if err := scenario.Sleep(ctx, time.Second); err != nil {
+		return Summary{}, err
+	}
 	rep, err := auditor.Check(env.Runner.JournalDir(), o.Namespace)
 	if err != nil {
 		return Summary{}, err

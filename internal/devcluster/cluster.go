@@ -30,7 +30,9 @@ const (
 type Options struct {
 	// StateDir holds certificates, kubeconfigs, logs and etcd's data; it is
 	// created if missing. Default: a new directory under os.TempDir() named
-	// lull-dev-*. Start always begins with an empty etcd.
+	// lull-dev-*. Start always begins with an empty etcd. One cluster at a
+	// time may use a directory: Start holds an exclusive lock on
+	// <StateDir>/lock until Stop.
 	StateDir string
 	// Progress receives one human line per startup step, with its
 	// duration. May be nil.
@@ -66,6 +68,7 @@ type Cluster struct {
 	opts  Options
 	pki   *pki
 	certs clusterCerts
+	lock  *os.File // the flock on <StateDir>/lock, held until Stop
 
 	mu    sync.Mutex
 	procs []*process // in start order
@@ -100,8 +103,10 @@ func (e *StartError) Unwrap() error { return e.Err }
 // Start starts etcd, kube-apiserver, kube-controller-manager,
 // kube-scheduler and kwok, registers one simulated node and waits until it
 // is Ready and schedulable. On failure it stops everything it started and
-// returns a *StartError (or FindBinaries' error). The processes outlive ctx:
-// ctx only bounds startup; call Stop.
+// returns a *StartError (or FindBinaries' error). If another cluster holds
+// the state directory, it fails at once, touching nothing, with an error
+// that matches ErrStateDirInUse and names the holder's process ID. The
+// processes outlive ctx: ctx only bounds startup; call Stop.
 func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	began := time.Now()
 	bins, err := FindBinaries()
@@ -115,7 +120,13 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, &StartError{Step: "state directory", Err: err}
 	}
-	c := &Cluster{StateDir: dir, NodeName: opts.NodeName, Binaries: bins, opts: opts}
+	lock, err := lockStateDir(dir)
+	if errors.Is(err, ErrStateDirInUse) {
+		return nil, err
+	} else if err != nil {
+		return nil, &StartError{Step: "state directory", Err: err}
+	}
+	c := &Cluster{StateDir: dir, NodeName: opts.NodeName, Binaries: bins, opts: opts, lock: lock}
 	defer func() {
 		if err != nil {
 			c.opts.RemoveStateDir = false // keep the logs the error points at
@@ -250,7 +261,8 @@ func stopTier(component string) int {
 }
 
 // Stop stops every process the cluster started (SIGTERM to its process
-// group, SIGKILL after a few seconds) and waits for them. It reports
+// group, SIGKILL after a few seconds), waits for them and releases the
+// state directory's lock. It reports
 // components that had already exited on their own. Stop is idempotent and
 // safe to call concurrently.
 func (c *Cluster) Stop() error {
@@ -283,10 +295,15 @@ func (c *Cluster) Stop() error {
 			}
 			wg.Wait()
 		}
+		// Remove before unlocking: a cluster waiting for the directory
+		// must never find it half deleted.
 		if c.opts.RemoveStateDir {
 			if err := os.RemoveAll(c.StateDir); err != nil {
 				errs = append(errs, err)
 			}
+		}
+		if c.lock != nil {
+			c.lock.Close() // releases the flock
 		}
 		if len(errs) > 0 {
 			c.stopErr = fmt.Errorf("devcluster: stop: %w", errors.Join(errs...))

@@ -7,6 +7,7 @@ package scenario
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -147,8 +148,13 @@ func Observe(ctx context.Context, c client.Client, ns string, names []string) (F
 	return f, nil
 }
 
+// ErrInterrupted is wrapped by the error WaitFor returns when its context
+// was canceled (Ctrl-C) rather than timed out.
+var ErrInterrupted = errors.New("interrupted")
+
 // WaitFor polls the fleet every interval until done returns true, calling
-// tick with each observation; it fails after timeout.
+// tick with each observation; it fails after timeout, or with
+// ErrInterrupted once ctx is canceled.
 func WaitFor(ctx context.Context, c client.Client, ns string, names []string, interval, timeout time.Duration, tick func(Fleet), done func(Fleet) bool) (Fleet, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -164,9 +170,35 @@ func WaitFor(ctx context.Context, c client.Client, ns string, names []string, in
 		}
 		select {
 		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return f, fmt.Errorf("%w with %d of %d sessions current, %d draining", ErrInterrupted, f.Current, f.Sessions, f.Draining)
+			}
 			return f, fmt.Errorf("after %s: %d of %d sessions current, %d draining: %w", timeout, f.Current, f.Sessions, f.Draining, ctx.Err())
 		case <-time.After(interval):
 		}
+	}
+}
+
+// Interrupted returns err, or ErrInterrupted in its place when ctx was
+// canceled (Ctrl-C): a step cut short reports a canceled request or a
+// missing result, and the cause worth telling is the interruption.
+func Interrupted(ctx context.Context, err error) error {
+	if err == nil || errors.Is(err, ErrInterrupted) || !errors.Is(ctx.Err(), context.Canceled) {
+		return err
+	}
+	return ErrInterrupted
+}
+
+// Sleep waits for d, or until ctx is done; it returns ErrInterrupted if ctx
+// was canceled first, ctx.Err() if it ended otherwise.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return Interrupted(ctx, ctx.Err())
 	}
 }
 

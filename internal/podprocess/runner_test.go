@@ -1,0 +1,222 @@
+package podprocess
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+)
+
+// runningPod is a session pod as KWOK leaves it: Running, its container
+// running and ready.
+func runningPod(name string, uid types.UID) *corev1.Pod {
+	now := metav1.Now()
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: uid, Labels: map[string]string{lullv1.LabelSession: name}},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: "runtime",
+			Containers:         []corev1.Container{{Name: "runtime", Image: "example.invalid/runtime:v1"}},
+		},
+		Status: corev1.PodStatus{
+			Phase: corev1.PodRunning,
+			Conditions: []corev1.PodCondition{
+				{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
+				{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+				{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			},
+			ContainerStatuses: []corev1.ContainerStatus{{
+				Name: "runtime", Image: "example.invalid/runtime:v1", Ready: true,
+				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+			}},
+		},
+	}
+}
+
+// testRunner runs each pod's runtime as `sh -c script`, the script
+// being given the pod's name as $1, with back-offs of a few milliseconds.
+func testRunner(t *testing.T, script string, objs ...*corev1.Pod) (*Runner, *fake.Clientset, string) {
+	t.Helper()
+	dir := t.TempDir()
+	cs := fake.NewClientset()
+	// The fake cannot create tokens; any token will do.
+	cs.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "token" {
+			return false, nil, nil
+		}
+		return true, &authenticationv1.TokenRequest{Status: authenticationv1.TokenRequestStatus{Token: "token"}}, nil
+	})
+	for _, p := range objs {
+		if _, err := cs.CoreV1().Pods(p.Namespace).Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{"kubeconfig", "logs", "journals"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := newRunner(Options{
+		Server: "https://127.0.0.1:1", Dir: dir, GracePeriod: time.Second, Log: testLog{t},
+		Command: func(pod *corev1.Pod, _ *corev1.Container) (string, []string) {
+			return "/bin/sh", []string{"-c", script, "sh", pod.Name}
+		},
+	}, cs)
+	r.backoff, r.backoffMax, r.upAfter = 200*time.Millisecond, 400*time.Millisecond, 300*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return r, cs, dir
+}
+
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func waitPod(t *testing.T, cs *fake.Clientset, name, what string, cond func(*corev1.Pod) error) *corev1.Pod {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p, err := cs.CoreV1().Pods("ns").Get(context.Background(), name, metav1.GetOptions{})
+		if err == nil {
+			if err = cond(p); err == nil {
+				return p
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func condition(p *corev1.Pod, typ corev1.PodConditionType) corev1.ConditionStatus {
+	for _, c := range p.Status.Conditions {
+		if c.Type == typ {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+func runs(t *testing.T, path string) int {
+	b, _ := os.ReadFile(path)
+	return strings.Count(string(b), "\n")
+}
+
+// A runtime that exits on its own shows CrashLoopBackOff, not ready, with
+// its exit status and last log line, and is restarted after the back-off;
+// once up again its container is running and ready.
+func TestCrashedRuntimeIsReportedAndRestarted(t *testing.T) {
+	dir := t.TempDir()
+	count := filepath.Join(dir, "runs")
+	// First run: fail at once. Later runs: stay up.
+	script := fmt.Sprintf(`echo run >> %[1]s; if [ "$(wc -l < %[1]s)" -gt 1 ]; then exec sleep 60; fi; echo "starting"; echo "Error: unknown flag: --model" >&2; exit 3`, count)
+	_, cs, _ := testRunner(t, script, runningPod("s-0", "uid-1"))
+
+	p := waitPod(t, cs, "s-0", "CrashLoopBackOff reported", func(p *corev1.Pod) error {
+		if w := p.Status.ContainerStatuses[0].State.Waiting; w == nil || w.Reason != "CrashLoopBackOff" {
+			return fmt.Errorf("container state %+v", p.Status.ContainerStatuses[0].State)
+		}
+		return nil
+	})
+	c := p.Status.ContainerStatuses[0]
+	t.Logf("crashed: %s", c.State.Waiting.Message)
+	for _, want := range []string{"exit status 3", "Error: unknown flag: --model", "back-off 200ms"} {
+		if !strings.Contains(c.State.Waiting.Message, want) {
+			t.Errorf("waiting message %q lacks %q", c.State.Waiting.Message, want)
+		}
+	}
+	if c.Ready || c.RestartCount != 1 {
+		t.Errorf("ready %v restartCount %d, want false 1", c.Ready, c.RestartCount)
+	}
+	if term := c.LastTerminationState.Terminated; term == nil || term.ExitCode != 3 || term.Reason != "Error" {
+		t.Errorf("last termination %+v", c.LastTerminationState)
+	}
+	if condition(p, corev1.PodReady) != corev1.ConditionFalse || condition(p, corev1.ContainersReady) != corev1.ConditionFalse {
+		t.Errorf("conditions %+v", p.Status.Conditions)
+	}
+	if p.Status.Phase != corev1.PodRunning || condition(p, corev1.PodInitialized) != corev1.ConditionTrue {
+		t.Errorf("phase %s, conditions %+v: the rest of the status must stay", p.Status.Phase, p.Status.Conditions)
+	}
+
+	p = waitPod(t, cs, "s-0", "restarted runtime reported running", func(p *corev1.Pod) error {
+		c := p.Status.ContainerStatuses[0]
+		if c.State.Running == nil || !c.Ready || condition(p, corev1.PodReady) != corev1.ConditionTrue || condition(p, corev1.ContainersReady) != corev1.ConditionTrue {
+			return fmt.Errorf("container %+v, conditions %+v", c, p.Status.Conditions)
+		}
+		return nil
+	})
+	if c := p.Status.ContainerStatuses[0]; c.RestartCount != 1 || c.LastTerminationState.Terminated == nil {
+		t.Errorf("after restart: restartCount %d, last state %+v", c.RestartCount, c.LastTerminationState)
+	}
+	if n := runs(t, count); n != 2 {
+		t.Errorf("%d runs, want 2", n)
+	}
+}
+
+// A runtime that keeps crashing is restarted with a growing back-off, and
+// no more once its pod is being deleted.
+func TestCrashLoopStopsWithThePod(t *testing.T) {
+	dir := t.TempDir()
+	count := filepath.Join(dir, "runs")
+	_, cs, _ := testRunner(t, fmt.Sprintf(`echo run >> %s; exit 1`, count), runningPod("s-0", "uid-1"))
+	waitPod(t, cs, "s-0", "two restarts", func(p *corev1.Pod) error {
+		if n := p.Status.ContainerStatuses[0].RestartCount; n < 2 {
+			return fmt.Errorf("restartCount %d", n)
+		}
+		return nil
+	})
+	if p, _ := cs.CoreV1().Pods("ns").Get(t.Context(), "s-0", metav1.GetOptions{}); !strings.Contains(p.Status.ContainerStatuses[0].State.Waiting.Message, "back-off 400ms") {
+		t.Errorf("second back-off: %q", p.Status.ContainerStatuses[0].State.Waiting.Message)
+	}
+	p, _ := cs.CoreV1().Pods("ns").Get(t.Context(), "s-0", metav1.GetOptions{})
+	p.DeletionTimestamp = ptrTime(metav1.Now())
+	if _, err := cs.CoreV1().Pods("ns").Update(t.Context(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	n := runs(t, count)
+	time.Sleep(time.Second) // more than the longest back-off
+	if m := runs(t, count); m != n {
+		t.Errorf("runtime restarted %d times after its pod was marked for deletion", m-n)
+	}
+}
+
+// The status of a pod that is not the one the process ran for (same name,
+// new UID) is never touched.
+func TestPatchOnlyThePodTheProcessRanFor(t *testing.T) {
+	r, cs, _ := testRunner(t, "exec sleep 60")
+	newPod := runningPod("s-0", "uid-2")
+	if _, err := cs.CoreV1().Pods("ns").Create(t.Context(), newPod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := cs.CoreV1().Pods("ns").Get(t.Context(), "s-0", metav1.GetOptions{})
+	old := &proc{pod: runningPod("s-0", "uid-1")}
+	alive, err := r.patchContainer(t.Context(), old, false, func(cs *corev1.ContainerStatus) { cs.Ready = false })
+	if alive || err != nil {
+		t.Errorf("patch for the old pod: alive %v, err %v", alive, err)
+	}
+	after, _ := cs.CoreV1().Pods("ns").Get(t.Context(), "s-0", metav1.GetOptions{})
+	if after.ResourceVersion != before.ResourceVersion || !after.Status.ContainerStatuses[0].Ready {
+		t.Errorf("new pod's status changed: %+v", after.Status)
+	}
+}
+
+func ptrTime(t metav1.Time) *metav1.Time { return &t }
