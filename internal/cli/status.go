@@ -108,7 +108,7 @@ func printStatus(ctx context.Context, out io.Writer, c client.Client, ns string,
 			if d := s.Status.Drain; d != nil {
 				drain = fmt.Sprintf("%s (%s ago)", d.RequestID, time.Since(d.RequestedAt.Time).Round(time.Second))
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Status.Phase, s.Status.CurrentRevision, upToDate, reason, runtimeState, turns, drain)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Status.Phase, s.Status.TemplateRevision, upToDate, reason, runtimeState, turns, drain)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

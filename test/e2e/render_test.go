@@ -106,5 +106,12 @@ func TestTemplateDeletedMidDrainReopensRuntimes(t *testing.T) {
 	if p := pod(t, ns, name); p == nil || p.UID != p1.UID {
 		t.Error("the running pod was replaced after its template was deleted")
 	}
+	s := session(t, ns, name)
+	if s.Status.Phase != lullv1.SessionRunning || meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionDraining) {
+		t.Errorf("after the drain was withdrawn: phase %s, Draining %+v", s.Status.Phase, meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionDraining))
+	}
+	if c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionUpToDate); c == nil || c.Reason != "TemplateNotFound" {
+		t.Errorf("UpToDate = %+v, want reason TemplateNotFound", c)
+	}
 	wantEvent(t, ns, name, "TemplateNotFound")
 }

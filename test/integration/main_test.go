@@ -83,6 +83,9 @@ func run(m *testing.M) int {
 	start := time.Now()
 	adminConfig, err = env.Start()
 	if err != nil {
+		// Start leaves the API server and etcd running when a later step
+		// (installing the CRDs) fails.
+		_ = env.Stop()
 		fmt.Fprintf(os.Stderr, "FAIL: start envtest (kube-apiserver and etcd from %s; run `make tools` if they are missing or broken): %v\n", assets, err)
 		return 1
 	}

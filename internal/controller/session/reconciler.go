@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -113,7 +114,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if updated {
-		r.Recorder.Eventf(s, o.Pod, corev1.EventTypeNormal, "Updated", "Rollout", a.Message)
+		r.Recorder.Eventf(s, related(o.Pod), corev1.EventTypeNormal, "Updated", "Rollout", a.Message)
 	}
 	return result, nil
 }
@@ -137,6 +138,15 @@ func (r *Reconciler) settle(key types.NamespacedName, o rollout.Observed, a roll
 	}
 	since := r.passing.since(key.String(), a.Reason, o.Now)
 	return since.Add(SettleDelay).Sub(o.Now)
+}
+
+// related returns the pod as an Event's related object; a nil *Pod must not
+// reach the recorder as a non-nil interface.
+func related(pod *corev1.Pod) runtime.Object {
+	if pod == nil {
+		return nil
+	}
+	return pod
 }
 
 // reader reads from the API server, bypassing the cache.
@@ -185,7 +195,7 @@ func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.
 	}
 	switch a.Kind {
 	case rollout.RequestDrain:
-		r.Recorder.Eventf(s, o.Pod, corev1.EventTypeNormal, a.Reason, "RequestDrain", a.Message)
+		r.Recorder.Eventf(s, related(o.Pod), corev1.EventTypeNormal, a.Reason, "RequestDrain", a.Message)
 	case rollout.DeletePod:
 		uid := a.PodUID
 		if a.Reason == rollout.ReasonDrained {
@@ -211,7 +221,7 @@ func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.
 		if a.Reason == rollout.ReasonForced {
 			eventType, note = corev1.EventTypeWarning, a.Message+forcedBy(s)
 		}
-		r.Recorder.Eventf(s, o.Pod, eventType, a.Reason, "DeletePod", note)
+		r.Recorder.Eventf(s, related(o.Pod), eventType, a.Reason, "DeletePod", note)
 	}
 	return a, nil
 }
@@ -252,23 +262,30 @@ func containsField(raw []byte, annotation string) bool {
 }
 
 // blocked records a problem that stops the session from being rendered,
-// without touching what is already running. An outstanding drain request
-// is withdrawn: while lull cannot act on a drained runtime, it must not
-// hold it sealed.
+// without touching what is already running: Ready=False and UpToDate
+// Unknown with the reason, and a Warning Event. An outstanding drain
+// request is withdrawn (phase and conditions follow): while lull cannot act
+// on a drained runtime, it must not hold it sealed.
 func (r *Reconciler) blocked(ctx context.Context, s *lullv1.Session, reason, msg string) error {
-	st := s.Status.DeepCopy()
-	st.ObservedGeneration = s.Generation
-	st.Drain = nil
-	if st.Phase == "" {
-		st.Phase = lullv1.SessionPending
+	pod, err := r.pod(ctx, s)
+	if err != nil {
+		return err
 	}
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: lullv1.ConditionReady, Status: metav1.ConditionFalse,
-		Reason: reason, Message: msg, ObservedGeneration: s.Generation})
-	if !meta.IsStatusConditionPresentAndEqual(s.Status.Conditions, lullv1.ConditionReady, metav1.ConditionFalse) ||
-		meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionReady).Reason != reason {
+	o := rollout.Observed{Now: r.now(), Session: s, Pod: pod}
+	st := rollout.NextStatus(o, rollout.Action{Kind: rollout.Wait, Reason: reason, Message: msg})
+	st.UpdateRevision = s.Status.UpdateRevision // the StatefulSet was not read
+	for _, typ := range []string{lullv1.ConditionReady, lullv1.ConditionUpToDate} {
+		status := metav1.ConditionFalse
+		if typ == lullv1.ConditionUpToDate {
+			status = metav1.ConditionUnknown
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status,
+			Reason: reason, Message: msg, ObservedGeneration: s.Generation, LastTransitionTime: metav1.NewTime(o.Now)})
+	}
+	if c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionReady); c == nil || c.Reason != reason {
 		r.Recorder.Eventf(s, nil, corev1.EventTypeWarning, reason, "Render", msg)
 	}
-	return r.writeStatus(ctx, s, *st, reason)
+	return r.writeStatus(ctx, s, st, reason)
 }
 
 // renderFailed turns an error from rendering the session's objects into a
