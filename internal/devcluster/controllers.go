@@ -22,25 +22,17 @@ func (c *Cluster) startControllerManager(ctx context.Context, client kubernetes.
 	cc := &c.certs
 	kubeconfig := cc.kcmKubeconfig
 	return c.startSecureComponent(ctx, ComponentControllerManager, c.Binaries.ControllerManager, cc.kcmServing, func(port int) []string {
-		return []string{
-			"--kubeconfig=" + kubeconfig,
-			"--authentication-kubeconfig=" + kubeconfig,
-			"--authorization-kubeconfig=" + kubeconfig,
-			"--bind-address=" + loopbackHost,
-			"--secure-port=" + strconv.Itoa(port),
-			"--tls-cert-file=" + cc.kcmServing.CertFile,
-			"--tls-private-key-file=" + cc.kcmServing.KeyFile,
-			"--leader-elect=false",
+		return append(componentArgs(kubeconfig, port, cc.kcmServing),
 			"--controllers=*,-nodeipam",
 			"--use-service-account-credentials",
-			"--root-ca-file=" + c.CAFile,
-			"--service-account-private-key-file=" + cc.saKeyFile,
-			"--cluster-signing-cert-file=" + c.CAFile,
-			"--cluster-signing-key-file=" + c.pki.CAKeyFile(),
-			"--service-cluster-ip-range=" + serviceCIDR,
+			"--root-ca-file="+c.CAFile,
+			"--service-account-private-key-file="+cc.saKeyFile,
+			"--cluster-signing-cert-file="+c.CAFile,
+			"--cluster-signing-key-file="+c.pki.CAKeyFile(),
+			"--service-cluster-ip-range="+serviceCIDR,
 			"--kube-api-qps=100",
 			"--kube-api-burst=200",
-		}
+		)
 	}, func(ctx context.Context) error {
 		_, err := client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -55,17 +47,24 @@ func (c *Cluster) startScheduler(ctx context.Context) error {
 	cc := &c.certs
 	kubeconfig := cc.schedKubeconfig
 	return c.startSecureComponent(ctx, ComponentScheduler, c.Binaries.Scheduler, cc.schedServing, func(port int) []string {
-		return []string{
-			"--kubeconfig=" + kubeconfig,
-			"--authentication-kubeconfig=" + kubeconfig,
-			"--authorization-kubeconfig=" + kubeconfig,
-			"--bind-address=" + loopbackHost,
-			"--secure-port=" + strconv.Itoa(port),
-			"--tls-cert-file=" + cc.schedServing.CertFile,
-			"--tls-private-key-file=" + cc.schedServing.KeyFile,
-			"--leader-elect=false",
-		}
+		return componentArgs(kubeconfig, port, cc.schedServing)
 	}, nil)
+}
+
+// componentArgs are the flags kube-controller-manager and kube-scheduler
+// share: their kubeconfig for the API and for delegated authn/authz, a
+// /healthz served over TLS on a loopback port, no leader election.
+func componentArgs(kubeconfig string, port int, serving certFiles) []string {
+	return []string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--bind-address=" + loopbackHost,
+		"--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + serving.CertFile,
+		"--tls-private-key-file=" + serving.KeyFile,
+		"--leader-elect=false",
+	}
 }
 
 // startSecureComponent starts a component serving /healthz over HTTPS on a
