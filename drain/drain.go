@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -24,20 +25,24 @@ import (
 )
 
 // digestLen is the number of hex characters of the SHA-256 digest kept in a
-// request ID: 64 bits, enough that two episodes of one pod never collide.
+// request ID: 64 bits, enough that two requests of one pod never collide.
 const digestLen = 16
 
 // RequestID returns the ID of a drain request: "<reason>-<digest>", where
 // reason is the lower-cased DrainReason and digest is the first 16 hex
-// characters of SHA-256 over the pod UID, the reason and the episode.
+// characters of SHA-256 over the pod UID, the reason and the session's drain
+// sequence number.
 //
-// The episode names what the request is about: the target revision for
-// Update, the last activity time (RFC 3339) for Idle. A restarted controller
-// that observes the same pod and episode recomputes the same ID; a new
-// episode on the same pod yields a new one.
-func RequestID(pod types.UID, reason lullv1.DrainReason, episode string) string {
+// The controller takes a new sequence number (SessionStatus.DrainSequence,
+// written in the same status patch as the request) for every issuing of a
+// request, so no two requests for one pod share an ID: the same revision
+// rolled out again after a rollback, or a request withdrawn and issued
+// again, gets a fresh ID that no earlier Drained report can answer. A
+// restarted controller does not recompute IDs: it keeps the request it finds
+// outstanding in status.drain.
+func RequestID(pod types.UID, reason lullv1.DrainReason, sequence int64) string {
 	h := sha256.New()
-	for _, part := range []string{string(pod), string(reason), episode} {
+	for _, part := range []string{string(pod), string(reason), strconv.FormatInt(sequence, 10)} {
 		h.Write([]byte(part))
 		h.Write([]byte{0})
 	}

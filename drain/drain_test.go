@@ -22,8 +22,8 @@ const (
 
 func TestRequestIDDeterministic(t *testing.T) {
 	for _, reason := range []lullv1.DrainReason{lullv1.DrainReasonUpdate, lullv1.DrainReasonIdle, lullv1.DrainReasonLifetime, lullv1.DrainReasonManual} {
-		a := drain.RequestID(podA, reason, "rev-2")
-		if b := drain.RequestID(podA, reason, "rev-2"); a != b {
+		a := drain.RequestID(podA, reason, 2)
+		if b := drain.RequestID(podA, reason, 2); a != b {
 			t.Errorf("RequestID(%s) not deterministic: %q then %q", reason, a, b)
 		}
 		prefix := strings.ToLower(string(reason)) + "-"
@@ -39,26 +39,25 @@ func TestRequestIDDeterministic(t *testing.T) {
 
 func TestRequestIDDistinct(t *testing.T) {
 	type in struct {
-		pod     types.UID
-		reason  lullv1.DrainReason
-		episode string
+		pod      types.UID
+		reason   lullv1.DrainReason
+		sequence int64
 	}
 	inputs := []in{
-		{podA, lullv1.DrainReasonUpdate, "rev-1"},
-		{podA, lullv1.DrainReasonUpdate, "rev-2"}, // new episode, same pod
-		{podB, lullv1.DrainReasonUpdate, "rev-1"}, // same episode, new pod
-		{podA, lullv1.DrainReasonManual, "rev-1"}, // same episode, other reason
-		{podA, lullv1.DrainReasonIdle, "2026-01-02T03:04:05Z"},
-		{podA, lullv1.DrainReasonIdle, "2026-01-02T03:04:06Z"},
-		{podA, lullv1.DrainReasonUpdate, ""},
+		{podA, lullv1.DrainReasonUpdate, 1},
+		{podA, lullv1.DrainReasonUpdate, 2}, // next request, same pod
+		{podB, lullv1.DrainReasonUpdate, 1}, // same sequence, other pod
+		{podA, lullv1.DrainReasonManual, 1}, // same sequence, other reason
+		{podA, lullv1.DrainReasonIdle, 3},
+		{podA, lullv1.DrainReasonIdle, 4},
+		{podA, lullv1.DrainReasonUpdate, 0},
 		// Parts are delimited: moving a boundary changes the ID.
-		{"ab", lullv1.DrainReasonUpdate, "c"},
-		{"a", lullv1.DrainReasonUpdate, "bc"},
-		{"a\x00Update", lullv1.DrainReasonUpdate, ""},
+		{"a1", lullv1.DrainReasonUpdate, 1},
+		{"a", lullv1.DrainReasonUpdate, 11},
 	}
 	seen := map[string]in{}
 	for _, i := range inputs {
-		id := drain.RequestID(i.pod, i.reason, i.episode)
+		id := drain.RequestID(i.pod, i.reason, i.sequence)
 		if prev, ok := seen[id]; ok {
 			t.Errorf("RequestID%v = RequestID%v = %q", i, prev, id)
 		}
@@ -67,7 +66,7 @@ func TestRequestIDDistinct(t *testing.T) {
 }
 
 func TestParseRequestID(t *testing.T) {
-	valid := drain.RequestID(podA, lullv1.DrainReasonLifetime, "")
+	valid := drain.RequestID(podA, lullv1.DrainReasonLifetime, 7)
 	for _, tc := range []struct {
 		id      string
 		reason  lullv1.DrainReason
@@ -100,7 +99,7 @@ func TestParseRequestID(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	id := drain.RequestID(podA, lullv1.DrainReasonUpdate, "rev-2")
+	id := drain.RequestID(podA, lullv1.DrainReasonUpdate, 2)
 	report := func(mutate func(*lullv1.RuntimeReport)) *lullv1.RuntimeReport {
 		r := &lullv1.RuntimeReport{PodUID: podA, RequestID: id, State: lullv1.RuntimeDraining, ActiveTurns: 2}
 		mutate(r)
@@ -139,8 +138,8 @@ func TestValidate(t *testing.T) {
 }
 
 func TestAnswers(t *testing.T) {
-	current := drain.RequestID(podA, lullv1.DrainReasonUpdate, "rev-3")
-	older := drain.RequestID(podA, lullv1.DrainReasonUpdate, "rev-2")
+	current := drain.RequestID(podA, lullv1.DrainReasonUpdate, 3)
+	older := drain.RequestID(podA, lullv1.DrainReasonUpdate, 2)
 	req := &lullv1.DrainRequest{RequestID: current, PodUID: podA, Reason: lullv1.DrainReasonUpdate, Revision: "rev-3"}
 	drained := func(mutate func(*lullv1.RuntimeReport)) *lullv1.RuntimeReport {
 		r := &lullv1.RuntimeReport{PodUID: podA, RequestID: current, State: lullv1.RuntimeDrained}
@@ -219,7 +218,7 @@ func mergePatch(doc, patch any) any {
 // or a withdrawn request's), and the rest of status untouched.
 func TestEncodeReportReplacesThePreviousReport(t *testing.T) {
 	la := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	id := drain.RequestID(podA, lullv1.DrainReasonUpdate, "rev-2")
+	id := drain.RequestID(podA, lullv1.DrainReasonUpdate, 2)
 	var doc any = map[string]any{"status": map[string]any{"phase": "Running"}}
 	for _, r := range []*lullv1.RuntimeReport{
 		{PodUID: podA, RequestID: id, State: lullv1.RuntimeDrained, LastActivity: &la, ReportedAt: &la},
@@ -321,7 +320,7 @@ func fuzzTime(sec int64, nsec uint32, ok bool) *metav1.Time {
 }
 
 func FuzzReportRoundTrip(f *testing.F) {
-	id := drain.RequestID(podA, lullv1.DrainReasonUpdate, "rev-2")
+	id := drain.RequestID(podA, lullv1.DrainReasonUpdate, 2)
 	f.Add(string(podA), "", "Serving", int32(0), int64(1767225600), uint32(0), true, int64(0), uint32(0), false)
 	f.Add(string(podA), id, "Draining", int32(3), int64(1767225600), uint32(500), true, int64(1767225601), uint32(999999999), true)
 	f.Add(string(podA), id, "Drained", int32(0), int64(0), uint32(0), false, int64(1767225601), uint32(1), true)
@@ -359,7 +358,7 @@ func FuzzReportRoundTrip(f *testing.F) {
 }
 
 func FuzzDecodeReport(f *testing.F) {
-	id := drain.RequestID(podA, lullv1.DrainReasonIdle, "2026-01-02T03:04:05Z")
+	id := drain.RequestID(podA, lullv1.DrainReasonIdle, 4)
 	for _, r := range []*lullv1.RuntimeReport{
 		{PodUID: podA, State: lullv1.RuntimeServing},
 		{PodUID: podA, RequestID: id, State: lullv1.RuntimeDraining, ActiveTurns: 4},

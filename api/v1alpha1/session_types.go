@@ -60,9 +60,10 @@ const (
 // DrainRequest asks the runtime of one pod to drain. The controller writes
 // it; the runtime acts on it only when PodUID is its own.
 type DrainRequest struct {
-	// RequestID identifies this request. It is derived from the pod UID, the
-	// reason and the episode (see package drain), so a restarted controller
-	// recomputes the same ID and a new episode never reuses an old one.
+	// RequestID identifies this request: "<reason>-<16 hex>", derived from
+	// the pod UID, the reason and the session's drain sequence (see package
+	// drain and SessionStatus.DrainSequence), so no two issuings of a
+	// request for one pod ever share an ID.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=128
 	RequestID string `json:"requestID"`
@@ -79,6 +80,57 @@ type DrainRequest struct {
 
 	// RequestedAt is when the controller first made this request.
 	RequestedAt metav1.Time `json:"requestedAt"`
+
+	// Sequence is the session's drain sequence number this request was
+	// issued with (SessionStatus.DrainSequence at the time).
+	// +optional
+	Sequence int64 `json:"sequence,omitempty"`
+}
+
+// ReplacementReason says why the controller committed to replace a pod.
+//
+// +kubebuilder:validation:Enum=Drained;PodFailed;NeverStarted
+type ReplacementReason string
+
+// The reasons for a committed replacement.
+const (
+	// ReplacementDrained: the pod's runtime reported Drained for the
+	// outstanding request, confirmed on the API server.
+	ReplacementDrained ReplacementReason = "Drained"
+	// ReplacementPodFailed: the pod is terminal or its runtime container
+	// cannot start, confirmed by a read of the pod from the API server.
+	ReplacementPodFailed ReplacementReason = "PodFailed"
+	// ReplacementNeverStarted: the pod's runtime container has never
+	// started and its runtime has never reported, so it holds no turn.
+	ReplacementNeverStarted ReplacementReason = "NeverStarted"
+)
+
+// Replacement records that the controller has committed to replace one pod.
+// It is written, with a resourceVersion precondition, after the step was
+// confirmed against the API server and before the pod is deleted or scaled
+// away. A drain request covered by it is never withdrawn: a controller that
+// takes over (a new leader, a restart) finishes the replacement instead of
+// reopening a runtime another controller may be about to delete.
+type Replacement struct {
+	// PodUID is the pod being replaced.
+	PodUID types.UID `json:"podUID"`
+
+	// PodResourceVersion is the pod's resourceVersion when the failure was
+	// confirmed (reasons PodFailed and NeverStarted): the delete carries it
+	// as a precondition, so a pod whose status changed since is not
+	// deleted.
+	// +optional
+	PodResourceVersion string `json:"podResourceVersion,omitempty"`
+
+	// Reason is why the pod is replaced.
+	Reason ReplacementReason `json:"reason"`
+
+	// RequestID is the drain request the Drained report answered.
+	// +optional
+	RequestID string `json:"requestID,omitempty"`
+
+	// CommittedAt is when the controller committed to the replacement.
+	CommittedAt metav1.Time `json:"committedAt"`
 }
 
 // RuntimeState is the drain state a runtime reports.
@@ -121,6 +173,14 @@ type RuntimeReport struct {
 	// LastActivity is when the runtime last began or ended a real turn.
 	// +optional
 	LastActivity *metav1.Time `json:"lastActivity,omitempty"`
+
+	// ExpiredTurns counts the turns whose lease expired before they were
+	// ended, since the runtime started. A lease that expires is not a
+	// finished turn: the work may still be running in a client that missed
+	// its renewal.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ExpiredTurns int64 `json:"expiredTurns,omitempty"`
 
 	// ReportedAt is when the runtime wrote this report.
 	// +optional
@@ -174,13 +234,26 @@ type SessionStatus struct {
 	// +optional
 	Drain *DrainRequest `json:"drain,omitempty"`
 
+	// DrainSequence is the number of drain requests issued for this session
+	// so far. Each new request takes the next number, and its ID derives
+	// from it, so a request ID is never issued twice.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	DrainSequence int64 `json:"drainSequence,omitempty"`
+
+	// Replacement is the pod the controller has committed to replace, if
+	// any; see Replacement.
+	// +optional
+	Replacement *Replacement `json:"replacement,omitempty"`
+
 	// FailedReplacements counts replacements of failed stale pods since the
 	// session last ran a ready pod; it sets the replacement backoff.
 	// +optional
 	FailedReplacements int32 `json:"failedReplacements,omitempty"`
 
-	// LastFailedReplacementTime is when the controller last replaced a
-	// failed stale pod; with FailedReplacements it sets the backoff.
+	// LastFailedReplacementTime is when the controller last committed to
+	// replace a failed (or never-started) stale pod; with
+	// FailedReplacements it sets the backoff.
 	// +optional
 	LastFailedReplacementTime *metav1.Time `json:"lastFailedReplacementTime,omitempty"`
 

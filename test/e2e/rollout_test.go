@@ -109,7 +109,7 @@ func TestForgedReportsDeleteNothing(t *testing.T) {
 			return nil
 		}
 	}
-	forge(p1.UID, drain.RequestID(p1.UID, lullv1.DrainReasonUpdate, "some-other-revision"))
+	forge(p1.UID, drain.RequestID(p1.UID, lullv1.DrainReasonUpdate, 99))
 	never(t, 3*time.Second, "Drained report with a wrong request ID", standing(p1.UID))
 
 	// Someone else deletes the pod; the StatefulSet recreates it, current.

@@ -194,8 +194,8 @@ func TestController(t *testing.T) {
 		}
 	})
 
-	setRevisions(t, ns, s.Name, "rev-1", "rev-2")
-	wantID := drain.RequestID(pod.UID, lullv1.DrainReasonUpdate, "rev-2")
+	setRevisions(t, ns, s.Name, "rev-1", 1)
+	wantID := drain.RequestID(pod.UID, lullv1.DrainReasonUpdate, 1)
 
 	requested := t.Run("requests a drain of the stale pod", func(t *testing.T) {
 		st := waitStatus(t, ns, s.Name, "status.drain is written", func(st lullv1.SessionStatus) bool { return st.Drain != nil })
@@ -248,7 +248,7 @@ func TestController(t *testing.T) {
 	}
 
 	t.Run("Drained report with a wrong request ID deletes nothing", func(t *testing.T) {
-		report(t, &lullv1.RuntimeReport{PodUID: pod.UID, RequestID: drain.RequestID(pod.UID, lullv1.DrainReasonUpdate, "rev-9"), State: lullv1.RuntimeDrained})
+		report(t, &lullv1.RuntimeReport{PodUID: pod.UID, RequestID: drain.RequestID(pod.UID, lullv1.DrainReasonUpdate, 9), State: lullv1.RuntimeDrained})
 		// The controller has acted on the report once its Active condition
 		// counts the pod's runtime as idle.
 		waitStatus(t, ns, s.Name, "the controller sees the report", func(st lullv1.SessionStatus) bool {
@@ -314,7 +314,7 @@ func TestController(t *testing.T) {
 	}
 
 	t.Run("pod of the update revision gets no drain request", func(t *testing.T) {
-		next := createPod(t, sts, "rev-2")
+		next := createPod(t, sts, 1)
 		st := waitStatus(t, ns, s.Name, "the new pod is up to date", func(st lullv1.SessionStatus) bool {
 			return st.PodUID == next.UID && meta.IsStatusConditionTrue(st.Conditions, lullv1.ConditionReady) &&
 				meta.IsStatusConditionTrue(st.Conditions, lullv1.ConditionUpToDate)
@@ -536,7 +536,7 @@ func TestControllerFailedPods(t *testing.T) {
 		p.Status.ContainerStatuses[0].Ready = false
 		p.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}}
 	})
-	setRevisions(t, ns, s.Name, "rev-1", "rev-2")
+	setRevisions(t, ns, s.Name, "rev-1", 1)
 	firstGone := gone(t, first)
 	st := waitStatus(t, ns, s.Name, "the failed replacement is counted", func(st lullv1.SessionStatus) bool {
 		return st.FailedReplacements > 0

@@ -256,11 +256,11 @@ func TestRuntimeIdentity(t *testing.T) {
 		ctx := t.Context()
 		// The controller's drain request, as admin.
 		req := fmt.Sprintf(`{"requestID":%q,"podUID":"pod-a","reason":"Update","revision":"rev-2","requestedAt":"2026-01-02T03:04:05Z"}`,
-			drain.RequestID("pod-a", lullv1.DrainReasonUpdate, "rev-2"))
+			drain.RequestID("pod-a", lullv1.DrainReasonUpdate, 2))
 		if err := admin.Status().Patch(ctx, sessionRef(ns, sa.Name), mergePatch(`{"status":{"phase":"Draining","podUID":"pod-a","drain":`+req+`}}`)); err != nil {
 			t.Fatal(err)
 		}
-		other := drain.RequestID("pod-a", lullv1.DrainReasonManual, "x")
+		other := drain.RequestID("pod-a", lullv1.DrainReasonManual, 3)
 		patches := []string{
 			`{"status":{"drain":null}}`, // withdrawing its own drain request
 			`{"status":{"drain":{"requestID":"` + other + `"}}}`,
@@ -276,7 +276,7 @@ func TestRuntimeIdentity(t *testing.T) {
 			`{"status":{"failedReplacements":3}}`,
 			`{"status":{"lastFailedReplacementTime":"2026-01-02T03:04:05Z"}}`,
 			// status.runtime and a controller field at once: all refused.
-			`{"status":{"runtime":{"podUID":"pod-a","requestID":"` + drain.RequestID("pod-a", lullv1.DrainReasonUpdate, "rev-2") + `","state":"Drained","activeTurns":0},"drain":null}}`,
+			`{"status":{"runtime":{"podUID":"pod-a","requestID":"` + drain.RequestID("pod-a", lullv1.DrainReasonUpdate, 2) + `","state":"Drained","activeTurns":0},"drain":null}}`,
 			`{"status":null}`,
 		}
 		for _, p := range patches {
@@ -289,7 +289,7 @@ func TestRuntimeIdentity(t *testing.T) {
 		}
 
 		// The runtime answering the request, status.runtime only, is allowed.
-		patch, err := drain.EncodeReport(&lullv1.RuntimeReport{PodUID: "pod-a", RequestID: drain.RequestID("pod-a", lullv1.DrainReasonUpdate, "rev-2"), State: lullv1.RuntimeDrained})
+		patch, err := drain.EncodeReport(&lullv1.RuntimeReport{PodUID: "pod-a", RequestID: drain.RequestID("pod-a", lullv1.DrainReasonUpdate, 2), State: lullv1.RuntimeDrained})
 		if err != nil {
 			t.Fatal(err)
 		}

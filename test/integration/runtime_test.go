@@ -109,7 +109,7 @@ func TestRuntimeSDK(t *testing.T) {
 	turn := beginTurn("runtime accepts a turn once Serving is published")
 
 	// The controller's drain request for this pod.
-	reqID := drain.RequestID(podUID, lullv1.DrainReasonUpdate, "rev-2")
+	reqID := drain.RequestID(podUID, lullv1.DrainReasonUpdate, 2)
 	if err := admin.Status().Patch(ctx, sessionRef(ns, s.Name), mergePatch(fmt.Sprintf(
 		`{"status":{"phase":"Draining","podName":%q,"podUID":%q,"drain":{"requestID":%q,"podUID":%q,"reason":"Update","revision":"rev-2","requestedAt":%q}}}`,
 		s.Name+"-0", podUID, reqID, podUID, time.Now().UTC().Format(time.RFC3339)))); err != nil {
