@@ -46,6 +46,12 @@ const (
 	LabelTemplateRevision = "lull.dev/template-revision"
 )
 
+// RuntimeContainerName is the name of the runtime container in a session
+// pod. Whether a pod has failed or has ever started is judged from this
+// container and the pod phase only: a failing sidecar never excuses deleting
+// a busy runtime.
+const RuntimeContainerName = "runtime"
+
 // Environment variables lull sets in the runtime container.
 const (
 	EnvSessionName      = "LULL_SESSION_NAME"

@@ -115,13 +115,6 @@ type Replacement struct {
 	// PodUID is the pod being replaced.
 	PodUID types.UID `json:"podUID"`
 
-	// PodResourceVersion is the pod's resourceVersion when the failure was
-	// confirmed (reasons PodFailed and NeverStarted): the delete carries it
-	// as a precondition, so a pod whose status changed since is not
-	// deleted.
-	// +optional
-	PodResourceVersion string `json:"podResourceVersion,omitempty"`
-
 	// Reason is why the pod is replaced.
 	Reason ReplacementReason `json:"reason"`
 

@@ -7,7 +7,6 @@ package rollout
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -46,30 +45,44 @@ const (
 	Wait Kind = "Wait"
 	// RequestDrain: write Action.Drain into status.drain.
 	RequestDrain Kind = "RequestDrain"
-	// DeletePod: delete the pod with UID PodUID, with a UID precondition.
+	// Commit: confirm the step against the API server (decide again on the
+	// live Session and expect the same Commit), then write
+	// Action.Replacement into status.replacement with the live
+	// resourceVersion as a precondition, then delete the pod as DeletePod
+	// does. From the commit on, the pod is replaced whoever acts next.
+	Commit Kind = "Commit"
+	// DeletePod: delete the pod with UID PodUID, with a UID precondition
+	// (and PodResourceVersion as a resourceVersion precondition when set).
 	DeletePod Kind = "DeletePod"
 )
 
 // Reasons are machine-readable CamelCase words used in conditions and Events.
 const (
-	ReasonSuspended          = "Suspended"
-	ReasonSuspending         = "Suspending"
-	ReasonStatefulSetPending = "StatefulSetPending"
-	ReasonRevisionUnknown    = "RevisionUnknown"
-	ReasonPodPending         = "PodPending"
-	ReasonPodTerminating     = "PodTerminating"
-	ReasonPodStarting        = "PodStarting"
-	ReasonUpToDate           = "UpToDate"
-	ReasonPodFailed          = "PodFailed"
-	ReasonReplacementBackoff = "ReplacementBackoff"
-	ReasonForced             = "Forced"
-	ReasonDrainRequested     = "DrainRequested"
-	ReasonDraining           = "Draining"
-	ReasonDrained            = "Drained"
+	ReasonSuspended           = "Suspended"
+	ReasonSuspending          = "Suspending"
+	ReasonStatefulSetPending  = "StatefulSetPending"
+	ReasonRevisionUnknown     = "RevisionUnknown"
+	ReasonPodPending          = "PodPending"
+	ReasonPodTerminating      = "PodTerminating"
+	ReasonPodStuckTerminating = "PodStuckTerminating"
+	ReasonPodStarting         = "PodStarting"
+	ReasonUpToDate            = "UpToDate"
+	ReasonPodFailed           = "PodFailed"
+	ReasonNeverStarted        = "NeverStarted"
+	ReasonReplacementBackoff  = "ReplacementBackoff"
+	ReasonForced              = "Forced"
+	ReasonDrainRequested      = "DrainRequested"
+	ReasonDraining            = "Draining"
+	ReasonDrained             = "Drained"
 )
 
-// Action is Decide's answer: one step, and the drain request status.drain
-// must hold once the step is done.
+// StuckTerminatingAfter is how long past its deletion timestamp (which
+// already includes the grace period) a pod may stay terminating before the
+// session says it is stuck.
+const StuckTerminatingAfter = 30 * time.Second
+
+// Action is Decide's answer: one step, and the drain request and committed
+// replacement status must hold once the step is done.
 type Action struct {
 	Kind Kind
 	// Reason is a machine-readable word (one of the Reason constants).
@@ -79,40 +92,52 @@ type Action struct {
 	// Drain is the drain request status.drain must hold after this step;
 	// nil clears it.
 	Drain *lullv1.DrainRequest
-	// PodUID is the UID precondition of DeletePod.
+	// Replacement is what status.replacement must hold after this step;
+	// nil clears it.
+	Replacement *lullv1.Replacement
+	// PodUID is the UID precondition of Commit and DeletePod.
 	PodUID types.UID
-	// PodFailed marks a DeletePod of a failed pod; it counts toward the
-	// replacement backoff.
-	PodFailed bool
+	// PodResourceVersion, when set, is the resourceVersion precondition of
+	// the delete: the pod is deleted only as it was observed (failed or
+	// never started), not after its status moved on.
+	PodResourceVersion string
 	// RequeueAfter, when non-zero, asks for another look after that long.
 	RequeueAfter time.Duration
 }
 
 // Decide returns the next step for one session. The rules, in order:
 //
-//  1. A suspended session drains its pod before it is scaled to zero (see
+//  1. A replacement committed for the session's pod (status.replacement)
+//     is finished: the pod is deleted, whatever changed since. Its drain
+//     request is never withdrawn, so a sealed runtime stays sealed.
+//  2. A suspended session drains its pod before it is scaled to zero (see
 //     decideSuspend and Replicas). A session whose StatefulSet or pod does
-//     not exist yet waits; a pod being deleted is waited for.
-//  2. Staleness comes only from revisions: the pod's controller-revision-hash
+//     not exist yet waits; a pod being deleted is waited for, and named as
+//     stuck once it outlives its grace period by StuckTerminatingAfter.
+//  3. Staleness comes only from revisions: the pod's controller-revision-hash
 //     label against the StatefulSet's status.updateRevision, and only once
 //     status.observedGeneration >= metadata.generation and updateRevision is
 //     set. Pod specs are never compared (admission webhooks rewrite images).
-//  3. A current pod is never deleted, even when it keeps failing.
-//  4. A stale pod that is terminal or whose container cannot start is
-//     replaced at once, subject to an exponential backoff between failed
-//     replacements.
-//  5. lull.dev/force-update ("true", or the exact request ID) replaces a
+//  4. A current pod is never deleted, even when it keeps failing.
+//  5. A stale pod that is terminal, whose runtime container cannot start, or
+//     whose runtime has never started is replaced without a drain, subject to
+//     an exponential backoff between such replacements: the failure is
+//     committed first (counting it), then the pod deleted as observed.
+//  6. lull.dev/force-update ("true", or the exact request ID) replaces a
 //     stale pod without a drain.
-//  6. Drain: request a drain of the pod; delete it only once its runtime
-//     reports Drained for that request ID from that pod UID.
+//  7. Drain: request a drain of the pod with an ID never used before; once
+//     its runtime reports Drained for that request ID from that pod UID,
+//     commit the replacement and delete the pod.
 func Decide(o Observed) Action {
-	s := o.Session
+	s, pod := o.Session, o.Pod
 	current := s.Status.Drain
+	if a, ok := finishCommitted(o); ok {
+		return a
+	}
 	if s.Spec.Suspend {
 		return decideSuspend(o)
 	}
-	switch {
-	case o.StatefulSet == nil:
+	if o.StatefulSet == nil {
 		return Action{Kind: Wait, Reason: ReasonStatefulSetPending, Message: "waiting for the StatefulSet to be created"}
 	}
 	sts := o.StatefulSet
@@ -120,28 +145,22 @@ func Decide(o Observed) Action {
 		return Action{Kind: Wait, Reason: ReasonRevisionUnknown, Drain: current,
 			Message: fmt.Sprintf("waiting for the StatefulSet controller to observe generation %d and publish an update revision", sts.Generation)}
 	}
-	pod := o.Pod
 	switch {
 	case pod == nil:
 		return Action{Kind: Wait, Reason: ReasonPodPending, Message: "waiting for the StatefulSet controller to create the pod"}
 	case pod.DeletionTimestamp != nil:
-		return Action{Kind: Wait, Reason: ReasonPodTerminating, Drain: current, Message: fmt.Sprintf("waiting for pod %s to terminate", pod.Name)}
+		return terminating(o, "")
 	}
 	update := sts.Status.UpdateRevision
 	if PodRevision(pod) == update {
-		return Action{Kind: Wait, Reason: ReasonUpToDate, Message: fmt.Sprintf("pod runs the update revision %s", update)}
+		return Action{Kind: Wait, Reason: ReasonUpToDate, Message: fmt.Sprintf("pod %s runs the update revision %s", pod.Name, update)}
 	}
 
-	if failed, why := PodFailure(pod); failed {
-		if wait := backoffRemaining(s.Status, o.Now); wait > 0 {
-			return Action{Kind: Wait, Reason: ReasonReplacementBackoff, Drain: current, RequeueAfter: wait,
-				Message: fmt.Sprintf("stale pod %s has failed (%s); replacing it in %s (backoff after %d failed replacements)", pod.Name, why, wait.Round(time.Second), s.Status.FailedReplacements)}
-		}
-		return Action{Kind: DeletePod, Reason: ReasonPodFailed, PodUID: pod.UID, PodFailed: true, Drain: current,
-			Message: fmt.Sprintf("stale pod %s has failed (%s); replacing it without a drain", pod.Name, why)}
+	if a, ok := replaceUnserved(o, true); ok {
+		return a
 	}
 
-	want := updateRequest(pod.UID, update, current, o.Now)
+	want := updateRequest(s.Status, pod.UID, update, o.Now)
 	if force := s.Annotations[lullv1.AnnotationForceUpdate]; force == "true" || (force != "" && force == want.RequestID) {
 		return Action{Kind: DeletePod, Reason: ReasonForced, PodUID: pod.UID, Drain: want,
 			Message: fmt.Sprintf("%s=%s: replacing stale pod %s without waiting for a drain", lullv1.AnnotationForceUpdate, force, pod.Name)}
@@ -152,27 +171,135 @@ func Decide(o Observed) Action {
 		return Action{Kind: RequestDrain, Reason: ReasonDrainRequested, Drain: want,
 			Message: fmt.Sprintf("pod %s runs revision %s; asked its runtime to drain for revision %s (request %s)", pod.Name, PodRevision(pod), update, want.RequestID)}
 	case drain.Answers(current, s.Status.Runtime, pod.UID):
-		return Action{Kind: DeletePod, Reason: ReasonDrained, PodUID: pod.UID, Drain: current,
-			Message: fmt.Sprintf("runtime of pod %s reported Drained for request %s; replacing the pod", pod.Name, current.RequestID)}
+		return commitDrained(o, fmt.Sprintf("runtime of pod %s reported Drained for request %s; replacing the pod", pod.Name, current.RequestID))
 	default:
 		return Action{Kind: Wait, Reason: ReasonDraining, Drain: current,
 			Message: fmt.Sprintf("waiting for the runtime of pod %s to drain (request %s)", pod.Name, current.RequestID)}
 	}
 }
 
-// updateRequest returns the Update drain request for a pod and target
-// revision. It keeps the time of an identical request already outstanding,
-// so a recomputed request is byte-for-byte the one in status.
-func updateRequest(pod types.UID, revision string, current *lullv1.DrainRequest, now time.Time) *lullv1.DrainRequest {
-	id := drain.RequestID(pod, lullv1.DrainReasonUpdate, revision)
-	if current != nil && current.RequestID == id {
-		return current.DeepCopy()
+// finishCommitted returns the step that finishes a replacement committed for
+// the session's pod, if there is one. A committed Drained replacement is
+// always finished: its runtime is sealed, and another controller may be
+// about to delete the pod, so the request must not be withdrawn. A committed
+// failure is finished only while the pod still looks failed (or never
+// started); if it has recovered, the commitment lapses, which is safe
+// because a failure commits nothing the runtime acts on.
+func finishCommitted(o Observed) (Action, bool) {
+	s, pod := o.Session, o.Pod
+	c := s.Status.Replacement
+	if c == nil || pod == nil || c.PodUID != pod.UID || pod.DeletionTimestamp != nil {
+		return Action{}, false
 	}
+	a := Action{Kind: DeletePod, Reason: string(c.Reason), PodUID: pod.UID, Drain: s.Status.Drain, Replacement: c,
+		Message: fmt.Sprintf("finishing the committed replacement of pod %s (%s)", pod.Name, c.Reason)}
+	switch c.Reason {
+	case lullv1.ReplacementDrained:
+		if s.Spec.Suspend {
+			// Replicas scales the StatefulSet to zero, which removes the
+			// pod; deleting it as well could race a recreation.
+			return Action{Kind: Wait, Reason: ReasonSuspending, Drain: s.Status.Drain, Replacement: c,
+				Message: fmt.Sprintf("suspending: scaling drained pod %s away", pod.Name)}, true
+		}
+		return a, true
+	default:
+		failed, _ := PodFailure(pod)
+		never, _ := NeverStarted(pod, s.Status.Runtime)
+		if !failed && !never {
+			return Action{}, false
+		}
+		a.PodResourceVersion = pod.ResourceVersion
+		return a, true
+	}
+}
+
+// replaceUnserved returns the Commit that replaces a pod whose runtime cannot
+// be serving a turn (PodFailure or NeverStarted), if the pod is one. With
+// backoff, a replacement waits out the backoff of earlier failed
+// replacements first.
+func replaceUnserved(o Observed, backoff bool) (Action, bool) {
+	s, pod := o.Session, o.Pod
+	reason, why := lullv1.ReplacementPodFailed, ""
+	if failed, w := PodFailure(pod); failed {
+		why = w
+	} else if never, w := NeverStarted(pod, s.Status.Runtime); never {
+		reason, why = lullv1.ReplacementNeverStarted, w
+	} else {
+		return Action{}, false
+	}
+	if wait := backoffRemaining(s.Status, o.Now); backoff && wait > 0 {
+		return Action{Kind: Wait, Reason: ReasonReplacementBackoff, Drain: s.Status.Drain, RequeueAfter: wait,
+			Message: fmt.Sprintf("stale pod %s cannot serve (%s); replacing it in %s (backoff after %d failed replacements)", pod.Name, why, wait.Round(time.Second), s.Status.FailedReplacements)}, true
+	}
+	return Action{Kind: Commit, Reason: string(reason), PodUID: pod.UID, PodResourceVersion: pod.ResourceVersion, Drain: s.Status.Drain,
+		Replacement: &lullv1.Replacement{PodUID: pod.UID, Reason: reason, CommittedAt: metav1.NewTime(o.Now.Truncate(time.Second))},
+		Message:     fmt.Sprintf("stale pod %s cannot serve (%s); replacing it without a drain", pod.Name, why)}, true
+}
+
+// commitDrained returns the Commit of a pod whose runtime answered the
+// outstanding drain request.
+func commitDrained(o Observed, msg string) Action {
+	d := o.Session.Status.Drain
+	return Action{Kind: Commit, Reason: ReasonDrained, PodUID: o.Pod.UID, Drain: d, Message: msg,
+		Replacement: &lullv1.Replacement{PodUID: o.Pod.UID, Reason: lullv1.ReplacementDrained, RequestID: d.RequestID, CommittedAt: metav1.NewTime(o.Now.Truncate(time.Second))}}
+}
+
+// terminating waits for a pod being deleted, and says it is stuck once it
+// has outlived its deletion timestamp by StuckTerminatingAfter. lull never
+// force-deletes a pod or strips its finalizers: the message names the pod,
+// its node and finalizers and the manual fix.
+func terminating(o Observed, prefix string) Action {
+	s, pod := o.Session, o.Pod
+	a := Action{Kind: Wait, Reason: ReasonPodTerminating, Drain: s.Status.Drain, Replacement: s.Status.Replacement,
+		Message: fmt.Sprintf("%swaiting for pod %s to terminate", prefix, pod.Name)}
+	stuckAt := pod.DeletionTimestamp.Add(StuckTerminatingAfter)
+	if o.Now.Before(stuckAt) {
+		a.RequeueAfter = stuckAt.Sub(o.Now) + time.Second
+		return a
+	}
+	node := pod.Spec.NodeName
+	if node == "" {
+		node = "(none)"
+	}
+	a.Reason = ReasonPodStuckTerminating
+	a.Message = fmt.Sprintf("%spod %s has been terminating for %s past its grace period (node %s, finalizers %v); "+
+		"lull never force-deletes: if node %s is gone, delete the Node object; if a finalizer's controller is gone, remove that finalizer; "+
+		"as a last resort `kubectl delete pod %s --grace-period=0 --force`",
+		prefix, pod.Name, o.Now.Sub(pod.DeletionTimestamp.Time).Round(time.Second), node, pod.Finalizers, node, pod.Name)
+	return a
+}
+
+// updateRequest returns the Update drain request for a pod and target
+// revision: the outstanding one if it already asks exactly that, or a new
+// one with the next drain sequence number, so its ID was never used before.
+func updateRequest(st lullv1.SessionStatus, pod types.UID, revision string, now time.Time) *lullv1.DrainRequest {
+	if c := st.Drain; c != nil && c.PodUID == pod && c.Reason == lullv1.DrainReasonUpdate && c.Revision == revision {
+		return c.DeepCopy()
+	}
+	r := newRequest(st, pod, lullv1.DrainReasonUpdate, now)
+	r.Revision = revision
+	return r
+}
+
+// manualRequest returns the Manual drain request of a suspension: the
+// outstanding one if it is for this pod, or a new one.
+func manualRequest(st lullv1.SessionStatus, pod types.UID, now time.Time) *lullv1.DrainRequest {
+	if c := st.Drain; c != nil && c.PodUID == pod && c.Reason == lullv1.DrainReasonManual {
+		return c.DeepCopy()
+	}
+	return newRequest(st, pod, lullv1.DrainReasonManual, now)
+}
+
+// newRequest issues a request with the next drain sequence number. The
+// status patch that writes it also writes the sequence number, with a
+// resourceVersion precondition, so two writers cannot issue the same one.
+func newRequest(st lullv1.SessionStatus, pod types.UID, reason lullv1.DrainReason, now time.Time) *lullv1.DrainRequest {
+	seq := st.DrainSequence + 1
 	return &lullv1.DrainRequest{
-		RequestID:   id,
+		RequestID:   drain.RequestID(pod, reason, seq),
 		PodUID:      pod,
-		Reason:      lullv1.DrainReasonUpdate,
-		Revision:    revision,
+		Reason:      reason,
+		Sequence:    seq,
 		RequestedAt: metav1.NewTime(now.Truncate(time.Second)),
 	}
 }
@@ -184,35 +311,43 @@ func PodRevision(pod *corev1.Pod) string {
 }
 
 // decideSuspend drains a suspended session's pod before it goes: a healthy
-// running pod gets a Manual drain request, and Replicas scales the
-// StatefulSet to zero once the runtime has answered Drained (or the pod has
-// failed, or force-update is "true"). The request's episode is the session
-// generation that asked for the suspension, so suspending again later is a
-// new request.
+// running pod gets a Manual drain request; once its runtime answers Drained
+// the replacement is committed and Replicas scales the StatefulSet to zero.
+// A pod that is failed or never started is committed and deleted as
+// observed; force-update "true" scales it away at once.
 func decideSuspend(o Observed) Action {
 	s, pod := o.Session, o.Pod
 	switch {
 	case pod == nil:
 		return Action{Kind: Wait, Reason: ReasonSuspended, Message: "session is suspended"}
 	case pod.DeletionTimestamp != nil:
-		return Action{Kind: Wait, Reason: ReasonPodTerminating, Drain: s.Status.Drain, Message: fmt.Sprintf("suspending: waiting for pod %s to terminate", pod.Name)}
+		return terminating(o, "suspending: ")
+	case Replicas(o) == 0:
+		return Action{Kind: Wait, Reason: ReasonSuspending, Drain: s.Status.Drain, Replacement: s.Status.Replacement,
+			Message: fmt.Sprintf("suspending: scaling pod %s away", pod.Name)}
 	}
-	if Replicas(o) == 0 {
-		return Action{Kind: Wait, Reason: ReasonSuspending, Drain: s.Status.Drain, Message: fmt.Sprintf("suspending: scaling pod %s away", pod.Name)}
+	if a, ok := replaceUnserved(o, false); ok {
+		a.Message = "suspending: " + a.Message
+		return a
 	}
-	want := manualRequest(pod.UID, s.Generation, s.Status.Drain, o.Now)
-	if s.Status.Drain == nil || s.Status.Drain.RequestID != want.RequestID {
+	want := manualRequest(s.Status, pod.UID, o.Now)
+	switch {
+	case s.Status.Drain == nil || s.Status.Drain.RequestID != want.RequestID:
 		return Action{Kind: RequestDrain, Reason: ReasonDrainRequested, Drain: want,
 			Message: fmt.Sprintf("session suspended; asked the runtime of pod %s to drain first (request %s)", pod.Name, want.RequestID)}
+	case drain.Answers(want, s.Status.Runtime, pod.UID):
+		return commitDrained(o, fmt.Sprintf("suspending: runtime of pod %s reported Drained for request %s; scaling it away", pod.Name, want.RequestID))
 	}
 	return Action{Kind: Wait, Reason: ReasonSuspending, Drain: s.Status.Drain,
 		Message: fmt.Sprintf("suspending: waiting for the runtime of pod %s to drain (request %s)", pod.Name, want.RequestID)}
 }
 
 // Replicas is the replica count the session's StatefulSet must have: 1,
-// or 0 for a suspended session whose pod is gone, terminating, failed,
-// forced ("true"), or whose runtime has answered the suspension's drain
-// request.
+// or 0 for a suspended session whose pod is gone or terminating, forced
+// ("true"), or whose drained replacement is committed. Scaling to zero is a
+// destructive step like a delete, so a Drained report alone never scales
+// away: the commitment, written after the report was confirmed on the API
+// server, does.
 func Replicas(o Observed) int32 {
 	s, pod := o.Session, o.Pod
 	if !s.Spec.Suspend {
@@ -221,20 +356,8 @@ func Replicas(o Observed) int32 {
 	if pod == nil || pod.DeletionTimestamp != nil || s.Annotations[lullv1.AnnotationForceUpdate] == "true" {
 		return 0
 	}
-	if failed, _ := PodFailure(pod); failed {
-		return 0
-	}
-	want := drain.RequestID(pod.UID, lullv1.DrainReasonManual, strconv.FormatInt(s.Generation, 10))
-	if d := s.Status.Drain; d != nil && d.RequestID == want && drain.Answers(d, s.Status.Runtime, pod.UID) {
+	if c := s.Status.Replacement; c != nil && c.PodUID == pod.UID && c.Reason == lullv1.ReplacementDrained {
 		return 0
 	}
 	return 1
-}
-
-func manualRequest(pod types.UID, generation int64, current *lullv1.DrainRequest, now time.Time) *lullv1.DrainRequest {
-	id := drain.RequestID(pod, lullv1.DrainReasonManual, strconv.FormatInt(generation, 10))
-	if current != nil && current.RequestID == id {
-		return current.DeepCopy()
-	}
-	return &lullv1.DrainRequest{RequestID: id, PodUID: pod, Reason: lullv1.DrainReasonManual, RequestedAt: metav1.NewTime(now.Truncate(time.Second))}
 }

@@ -20,6 +20,10 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 	st := *s.Status.DeepCopy()
 	st.ObservedGeneration = s.Generation
 	st.Drain = a.Drain
+	st.Replacement = a.Replacement
+	if a.Drain != nil && a.Drain.Sequence > st.DrainSequence {
+		st.DrainSequence = a.Drain.Sequence
+	}
 	st.PodName, st.PodUID, st.CurrentRevision, st.TemplateRevision = "", "", "", ""
 	if o.Pod != nil {
 		st.PodName, st.PodUID, st.CurrentRevision = o.Pod.Name, o.Pod.UID, PodRevision(o.Pod)
@@ -30,12 +34,14 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 		st.UpdateRevision = o.StatefulSet.Status.UpdateRevision
 	}
 
-	if a.Kind == DeletePod && a.PodFailed {
+	if a.Kind == Commit && a.Replacement != nil && a.Replacement.Reason != lullv1.ReplacementDrained {
+		// Counted in the commit, before the delete: a write that meets a
+		// conflict is retried whole, so the count cannot be lost.
 		now := metav1.NewTime(o.Now)
 		st.LastFailedReplacementTime = &now
 		st.FailedReplacements++
 	}
-	ready := a.Kind != DeletePod && o.Pod != nil && o.Pod.DeletionTimestamp == nil && podReady(o.Pod)
+	ready := a.Kind != DeletePod && a.Kind != Commit && o.Pod != nil && o.Pod.DeletionTimestamp == nil && podReady(o.Pod)
 	if ready && a.Reason == ReasonUpToDate {
 		st.FailedReplacements = 0
 	}
@@ -116,7 +122,7 @@ func phase(o Observed, a Action, st lullv1.SessionStatus) lullv1.SessionPhase {
 	switch {
 	case o.Session.Spec.Suspend && (o.Pod == nil || o.Pod.DeletionTimestamp != nil || Replicas(o) == 0):
 		return lullv1.SessionSuspended
-	case a.Kind == DeletePod || o.Pod == nil || o.Pod.DeletionTimestamp != nil:
+	case a.Kind == DeletePod || a.Kind == Commit || o.Pod == nil || o.Pod.DeletionTimestamp != nil:
 		return lullv1.SessionPending
 	case st.Drain != nil:
 		return lullv1.SessionDraining

@@ -25,13 +25,15 @@ func (e errNotOwned) Error() string {
 
 // ensure makes the object named like desired match it: created (with the
 // session as controller owner) when absent, updated when the spec hash lull
-// stamped differs, left alone otherwise. existing receives the object as it
-// is on the server (or in the cache).
+// stamped differs or lull's labels are missing, left alone otherwise.
+// existing receives the object as it is on the server (or in the cache).
 //
 // The cache holds only objects labelled lull.dev/session, so an object of
-// the same name that lull did not create is invisible to it; a create that
-// meets one (AlreadyExists) reads it from the API server through live and
-// refuses it with errNotOwned unless the session controls it.
+// the same name that is not in it is read from the API server through live
+// when a create meets it (AlreadyExists): one the session does not control
+// is refused with errNotOwned; one it controls has lost lull's labels
+// (someone edited them), is relabelled and brought up to date, so it enters
+// the cache again instead of silently never being updated.
 func ensure[T client.Object](ctx context.Context, c client.Client, live client.Reader, s *lullv1.Session, desired, existing T, kind string, copySpec func(dst, src T)) error {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(desired), existing); err != nil {
 		if !apierrors.IsNotFound(err) {
@@ -46,20 +48,19 @@ func ensure[T client.Object](ctx context.Context, c client.Client, live client.R
 			if err := live.Get(ctx, client.ObjectKeyFromObject(desired), existing); err != nil {
 				return err
 			}
-			if !metav1.IsControlledBy(existing, s) {
-				return errNotOwned{kind: kind, name: existing.GetName()}
-			}
-			return nil // ours; the cache will catch up
 		case err != nil:
 			return fmt.Errorf("create %s %s: %w", kind, desired.GetName(), err)
+		default:
+			copySpec(existing, desired)
+			existing.SetLabels(desired.GetLabels())
+			existing.SetAnnotations(desired.GetAnnotations())
+			return nil
 		}
-		copySpec(existing, desired)
-		return nil
 	}
 	if !metav1.IsControlledBy(existing, s) {
 		return errNotOwned{kind: kind, name: existing.GetName()}
 	}
-	if existing.GetAnnotations()[AnnotationSpecHash] == desired.GetAnnotations()[AnnotationSpecHash] {
+	if existing.GetAnnotations()[AnnotationSpecHash] == desired.GetAnnotations()[AnnotationSpecHash] && hasLabels(existing, desired.GetLabels()) {
 		return nil
 	}
 	// A merge patch, not an update: the cached object's resourceVersion is
@@ -73,6 +74,17 @@ func ensure[T client.Object](ctx context.Context, c client.Client, live client.R
 		return fmt.Errorf("update %s %s: %w", kind, existing.GetName(), err)
 	}
 	return nil
+}
+
+// hasLabels reports whether o carries every label of want.
+func hasLabels(o client.Object, want map[string]string) bool {
+	have := o.GetLabels()
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 func merge(dst, src map[string]string) map[string]string {

@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/drain"
 	"lull.dev/lull/internal/rollout"
 )
 
@@ -75,15 +74,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, err
 		}
-		return ctrl.Result{}, r.blocked(ctx, s, "TemplateNotFound",
+		return r.blocked(ctx, s, "TemplateNotFound",
 			fmt.Sprintf("SessionTemplate %q not found in namespace %s; create it or fix spec.templateRef.name", s.Spec.TemplateRef.Name, s.Namespace))
 	}
 
 	if err := ensureIdentity(ctx, r.Client, r.reader(), s); err != nil {
-		return ctrl.Result{}, r.renderFailed(ctx, s, err)
+		return r.renderFailed(ctx, s, err)
 	}
 	if err := ensureService(ctx, r.Client, r.reader(), s, t); err != nil {
-		return ctrl.Result{}, r.renderFailed(ctx, s, err)
+		return r.renderFailed(ctx, s, err)
 	}
 	pod, err := r.pod(ctx, s)
 	if err != nil {
@@ -91,14 +90,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	o := rollout.Observed{Now: r.now(), Session: s, Strategy: t.Spec.UpdatePolicy.Strategy, Pod: pod}
 	if o.StatefulSet, err = ensureStatefulSet(ctx, r.Client, r.reader(), s, t, rollout.Replicas(o)); err != nil {
-		return ctrl.Result{}, r.renderFailed(ctx, s, err)
+		return r.renderFailed(ctx, s, err)
 	}
 	a := rollout.Decide(o)
-	a, err = r.execute(ctx, o, a)
+	a, committed, err := r.execute(ctx, o, a)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	result := ctrl.Result{RequeueAfter: a.RequeueAfter}
+	if committed {
+		return result, nil // the commit was this step's status write
+	}
 	if wait := r.settle(req.NamespacedName, o, a); wait > 0 {
 		// A passing state: look again once it has lasted SettleDelay.
 		if result.RequeueAfter == 0 || wait < result.RequeueAfter {
@@ -110,13 +112,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// Judged before the write: the patch refreshes s from the response.
 	updated := meta.IsStatusConditionTrue(next.Conditions, lullv1.ConditionUpToDate) &&
 		!meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionUpToDate) && s.Status.UpdateRevision != ""
+	stuck := a.Reason == rollout.ReasonPodStuckTerminating && !hasConditionReason(s, lullv1.ConditionUpToDate, a.Reason)
 	if err := r.writeStatus(ctx, s, next, a.Reason); err != nil {
 		return ctrl.Result{}, err
 	}
-	if updated {
+	switch {
+	case a.Kind == rollout.RequestDrain:
+		actions.WithLabelValues(string(a.Kind), a.Reason).Inc()
+		log.FromContext(ctx).Info("requested drain", "pod", o.Pod.Name, "request", a.Drain.RequestID, "reason", a.Drain.Reason)
+		r.Recorder.Eventf(s, related(o.Pod), corev1.EventTypeNormal, a.Reason, "RequestDrain", a.Message)
+	case updated:
 		r.Recorder.Eventf(s, related(o.Pod), corev1.EventTypeNormal, "Updated", "Rollout", a.Message)
+	case stuck:
+		r.Recorder.Eventf(s, related(o.Pod), corev1.EventTypeWarning, a.Reason, "Rollout", a.Message)
 	}
 	return result, nil
+}
+
+func hasConditionReason(s *lullv1.Session, typ, reason string) bool {
+	c := meta.FindStatusCondition(s.Status.Conditions, typ)
+	return c != nil && c.Reason == reason
 }
 
 // SettleDelay is how long a passing state (rollout.Passing) must last before
@@ -126,10 +141,10 @@ const SettleDelay = 5 * time.Second
 // settle returns how long to wait before a passing state may be written, or
 // 0 when the status should be written now.
 func (r *Reconciler) settle(key types.NamespacedName, o rollout.Observed, a rollout.Action) time.Duration {
-	if a.Kind == rollout.DeletePod && !a.PodFailed {
+	if a.Kind == rollout.DeletePod {
 		// The pod is on its way out: what status would say now (Pending)
-		// is itself passing. A failed pod's replacement is written at once,
-		// for its backoff bookkeeping.
+		// is itself passing. A committed replacement wrote its status (and
+		// its failure bookkeeping) before the delete.
 		return SettleDelay
 	}
 	if a.Kind != rollout.Wait || !rollout.Passing(o, a) {
@@ -187,57 +202,88 @@ func (r *Reconciler) pod(ctx context.Context, s *lullv1.Session) (*corev1.Pod, e
 }
 
 // execute carries out a; it returns the action as it was actually done (a
-// delete the API server answered 404 or 409 becomes a Wait).
-func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.Action) (rollout.Action, error) {
-	s := o.Session
-	if a.Kind != rollout.Wait {
-		defer func() { actions.WithLabelValues(string(a.Kind), a.Reason).Inc() }()
-	}
+// commit the API server does not confirm, or a delete it answers 404 or 409,
+// becomes a Wait) and whether it wrote the session's status. Events are
+// recorded only after the step they describe succeeded.
+func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.Action) (rollout.Action, bool, error) {
 	switch a.Kind {
 	case rollout.RequestDrain:
-		r.Recorder.Eventf(s, related(o.Pod), corev1.EventTypeNormal, a.Reason, "RequestDrain", a.Message)
+		// The request is issued by the status write that follows; its
+		// Event is recorded once that write succeeded (see Reconcile).
+		return a, false, nil
+	case rollout.Commit:
+		done, err := r.commit(ctx, o, a)
+		if err != nil || !done {
+			return rollout.Action{Kind: rollout.Wait, Reason: rollout.ReasonDraining, Drain: a.Drain, Message: a.Message, RequeueAfter: time.Second}, false, err
+		}
+		a.Kind = rollout.DeletePod
+		a, err = r.deletePod(ctx, o, a)
+		return a, true, err
 	case rollout.DeletePod:
-		uid := a.PodUID
-		if a.Reason == rollout.ReasonDrained {
-			confirmed, err := r.reportStands(ctx, s, uid)
-			if err != nil {
-				return a, err
-			}
-			if !confirmed {
-				log.FromContext(ctx).Info("Drained report no longer stands on the API server; not deleting", "pod", o.Pod.Name, "request", a.Drain.RequestID)
-				return rollout.Action{Kind: rollout.Wait, Reason: rollout.ReasonDraining, Drain: a.Drain, Message: a.Message}, nil
-			}
-		}
-		err := r.Client.Delete(ctx, o.Pod, client.Preconditions{UID: &uid})
-		switch {
-		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-			log.FromContext(ctx).Info("pod already gone or replaced; nothing to delete", "pod", o.Pod.Name, "uid", uid)
-			return rollout.Action{Kind: rollout.Wait, Reason: rollout.ReasonPodTerminating, Drain: a.Drain, Message: a.Message}, nil
-		case err != nil:
-			return a, fmt.Errorf("delete pod %s: %w", o.Pod.Name, err)
-		}
-		r.deleted.add(string(uid), r.now())
-		eventType, note := corev1.EventTypeNormal, a.Message
-		if a.Reason == rollout.ReasonForced {
-			eventType, note = corev1.EventTypeWarning, a.Message+forcedBy(s)
-		}
-		r.Recorder.Eventf(s, related(o.Pod), eventType, a.Reason, "DeletePod", note)
+		a, err := r.deletePod(ctx, o, a)
+		return a, false, err
 	}
-	return a, nil
+	return a, false, nil
 }
 
-// reportStands reads the session from the API server and reports whether
-// its runtime's Drained report still answers the drain request for pod. The
-// cache may be behind: a request withdrawn and issued again with the same
-// ID (a rollback, then the same rollout) can meet the previous episode's
-// Drained report there after the runtime has reopened; a runtime reopens
-// only after publishing Serving, which this read sees.
-func (r *Reconciler) reportStands(ctx context.Context, cached *lullv1.Session, pod types.UID) (bool, error) {
+// commit confirms a Commit against the API server and writes it: it reads
+// the session live, decides again on what it read, and writes the
+// replacement (with the failure bookkeeping, for a failed pod) only if the
+// live decision is the same commit, with the live resourceVersion as a
+// precondition. That makes the read and the write one compare-and-swap: a
+// Drained report that was withdrawn, or a runtime that reopened, in between
+// fails the write with a Conflict; and once the write has landed, no
+// controller withdraws the request (rollout.Decide finishes committed
+// replacements), so the runtime stays sealed until its pod is gone.
+// It returns false, nil when the live session no longer supports the step.
+func (r *Reconciler) commit(ctx context.Context, o rollout.Observed, a rollout.Action) (bool, error) {
 	live := &lullv1.Session{}
-	if err := r.reader().Get(ctx, client.ObjectKeyFromObject(cached), live); err != nil {
+	if err := r.reader().Get(ctx, client.ObjectKeyFromObject(o.Session), live); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
-	return drain.Answers(live.Status.Drain, live.Status.Runtime, pod), nil
+	lo := o
+	lo.Session = live
+	la := rollout.Decide(lo)
+	if la.Kind != rollout.Commit || !sameCommit(la.Replacement, a.Replacement) {
+		log.FromContext(ctx).Info("the live session no longer supports the step; not replacing", "pod", o.Pod.Name, "step", a.Reason, "live", la.Reason)
+		return false, nil
+	}
+	if err := r.writeStatus(ctx, live, rollout.NextStatus(lo, la), la.Reason); err != nil {
+		return false, err
+	}
+	*o.Session = *live // the patch response: later steps see the committed status
+	return true, nil
+}
+
+func sameCommit(a, b *lullv1.Replacement) bool {
+	return a != nil && b != nil && a.PodUID == b.PodUID && a.Reason == b.Reason && a.RequestID == b.RequestID
+}
+
+// deletePod deletes the pod named by a with a UID precondition, and a
+// resourceVersion precondition when a carries one. A 404 or 409 is a no-op.
+func (r *Reconciler) deletePod(ctx context.Context, o rollout.Observed, a rollout.Action) (rollout.Action, error) {
+	s := o.Session
+	pre := client.Preconditions{UID: &a.PodUID}
+	if a.PodResourceVersion != "" {
+		pre.ResourceVersion = &a.PodResourceVersion
+	}
+	err := r.Client.Delete(ctx, o.Pod, pre)
+	switch {
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		log.FromContext(ctx).Info("pod already gone, replaced or changed; nothing deleted", "pod", o.Pod.Name, "uid", a.PodUID, "resourceVersion", a.PodResourceVersion)
+		return rollout.Action{Kind: rollout.Wait, Reason: rollout.ReasonPodTerminating, Drain: a.Drain, Replacement: a.Replacement, Message: a.Message, RequeueAfter: time.Second}, nil
+	case err != nil:
+		return a, fmt.Errorf("delete pod %s: %w", o.Pod.Name, err)
+	}
+	actions.WithLabelValues(string(rollout.DeletePod), a.Reason).Inc()
+	r.deleted.add(string(a.PodUID), r.now())
+	log.FromContext(ctx).Info("deleted pod", "pod", o.Pod.Name, "uid", a.PodUID, "reason", a.Reason)
+	eventType, note := corev1.EventTypeNormal, a.Message
+	if a.Reason == rollout.ReasonForced {
+		eventType, note = corev1.EventTypeWarning, a.Message+forcedBy(s)
+	}
+	r.Recorder.Eventf(s, related(o.Pod), eventType, a.Reason, "DeletePod", note)
+	return a, nil
 }
 
 // forcedBy says who set the force annotation (the field manager that owns
@@ -263,37 +309,80 @@ func containsField(raw []byte, annotation string) bool {
 
 // blocked records a problem that stops the session from being rendered,
 // without touching what is already running: Ready=False and UpToDate
-// Unknown with the reason, and a Warning Event. An outstanding drain
-// request is withdrawn (phase and conditions follow): while lull cannot act
-// on a drained runtime, it must not hold it sealed.
-func (r *Reconciler) blocked(ctx context.Context, s *lullv1.Session, reason, msg string) error {
+// Unknown with the reason, and a Warning Event when the reason is new. An
+// outstanding drain request is withdrawn (phase and conditions follow):
+// while lull cannot act on a drained runtime, it must not hold it sealed.
+// A request whose replacement is committed is kept: another controller may
+// be deleting that pod, so its runtime must stay sealed.
+//
+// The session is looked at again with a backoff (5 s, doubling to 5
+// minutes, counted from when the problem began), since what blocks it (a
+// quota, a webhook, a conflicting object) can be fixed without any event
+// lull watches; the condition says when the next try is.
+func (r *Reconciler) blocked(ctx context.Context, s *lullv1.Session, reason, msg string) (ctrl.Result, error) {
 	pod, err := r.pod(ctx, s)
 	if err != nil {
-		return err
+		return ctrl.Result{}, err
 	}
-	o := rollout.Observed{Now: r.now(), Session: s, Pod: pod}
-	st := rollout.NextStatus(o, rollout.Action{Kind: rollout.Wait, Reason: reason, Message: msg})
+	now := r.now()
+	since := now
+	if c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionReady); c != nil && c.Reason == reason {
+		since = c.LastTransitionTime.Time
+	}
+	retry := NextRetry(since, now)
+	msg = fmt.Sprintf("%s; next try at %s", msg, retry.UTC().Format(time.RFC3339))
+	o := rollout.Observed{Now: now, Session: s, Pod: pod}
+	a := rollout.Action{Kind: rollout.Wait, Reason: reason, Message: msg}
+	if c := s.Status.Replacement; c != nil && pod != nil && c.PodUID == pod.UID {
+		a.Drain, a.Replacement = s.Status.Drain, c
+	}
+	st := rollout.NextStatus(o, a)
 	st.UpdateRevision = s.Status.UpdateRevision // the StatefulSet was not read
+	newReason := !hasConditionReason(s, lullv1.ConditionReady, reason)
 	for _, typ := range []string{lullv1.ConditionReady, lullv1.ConditionUpToDate} {
 		status := metav1.ConditionFalse
 		if typ == lullv1.ConditionUpToDate {
 			status = metav1.ConditionUnknown
 		}
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status,
-			Reason: reason, Message: msg, ObservedGeneration: s.Generation, LastTransitionTime: metav1.NewTime(o.Now)})
+			Reason: reason, Message: msg, ObservedGeneration: s.Generation, LastTransitionTime: metav1.NewTime(now)})
+		if newReason {
+			// The backoff counts from when this problem began, even when
+			// the condition's status stays False.
+			meta.FindStatusCondition(st.Conditions, typ).LastTransitionTime = metav1.NewTime(now)
+		}
 	}
-	if c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionReady); c == nil || c.Reason != reason {
+	if err := r.writeStatus(ctx, s, st, reason); err != nil {
+		return ctrl.Result{}, err
+	}
+	if newReason {
 		r.Recorder.Eventf(s, nil, corev1.EventTypeWarning, reason, "Render", msg)
 	}
-	return r.writeStatus(ctx, s, st, reason)
+	return ctrl.Result{RequeueAfter: retry.Sub(now)}, nil
+}
+
+// NextRetry returns when a session blocked since since is tried next, seen
+// at now: since + 5 s, + 10 s, + 20 s, … (each wait twice the last, at most
+// 5 minutes), the first such time after now. It depends only on since and
+// now, so a reconcile caused by the blocked status's own write computes the
+// same time and writes nothing.
+func NextRetry(since, now time.Time) time.Time {
+	const first, limit = 5 * time.Second, 5 * time.Minute
+	d, t := first, since.Add(first)
+	for !t.After(now) {
+		d = min(2*d, limit)
+		t = t.Add(d)
+	}
+	return t
 }
 
 // renderFailed turns an error from rendering the session's objects into a
-// condition and an Event when retrying cannot help: a name taken by an
-// object the session does not own, or an object the API server refuses
-// (a template that passes the CRD's validation but not the StatefulSet's
-// or Service's). Other errors are returned, to be retried.
-func (r *Reconciler) renderFailed(ctx context.Context, s *lullv1.Session, err error) error {
+// condition and an Event: a name taken by an object the session does not
+// own, or an object the API server refuses (a template that passes the
+// CRD's validation but not the StatefulSet's or Service's, a quota, a
+// webhook). Both are retried with backoff (see blocked). Other errors are
+// returned, to be retried by the workqueue.
+func (r *Reconciler) renderFailed(ctx context.Context, s *lullv1.Session, err error) (ctrl.Result, error) {
 	var notOwned errNotOwned
 	switch {
 	case errors.As(err, &notOwned):
@@ -301,5 +390,5 @@ func (r *Reconciler) renderFailed(ctx context.Context, s *lullv1.Session, err er
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err):
 		return r.blocked(ctx, s, "RenderFailed", fmt.Sprintf("%v; fix SessionTemplate %s", err, s.Spec.TemplateRef.Name))
 	}
-	return err
+	return ctrl.Result{}, err
 }

@@ -8,9 +8,11 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
@@ -30,7 +32,7 @@ type Options struct {
 // SetupWithManager registers the reconciler and its watches: Sessions
 // (spec and the runtime's reports), the objects it owns, the session pods
 // (by their lull.dev/session label), and SessionTemplates (every session of
-// a changed template is re-rendered at once).
+// a template whose spec changed is re-rendered at once).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &lullv1.Session{}, IndexTemplateName, func(o client.Object) []string {
 		return []string{o.(*lullv1.Session).Spec.TemplateRef.Name}
@@ -49,7 +51,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		Owns(&rbacv1.Role{}).
 		Owns(&rbacv1.RoleBinding{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToSession)).
-		Watches(&lullv1.SessionTemplate{}, handler.EnqueueRequestsFromMapFunc(r.templateToSessions)).
+		// Only a template's spec (its generation) concerns its sessions: the
+		// template controller's status writes would otherwise enqueue every
+		// session of the template, O(sessions) reconciles per write during
+		// a rollout. Creation and deletion pass the predicate.
+		Watches(&lullv1.SessionTemplate{}, handler.EnqueueRequestsFromMapFunc(r.templateToSessions),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
 		Complete(r)
 }

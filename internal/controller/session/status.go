@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,7 +28,9 @@ type controllerStatus struct {
 	UpdateRevision            string               `json:"updateRevision"`
 	TemplateRevision          string               `json:"templateRevision"`
 	Conditions                []metav1.Condition   `json:"conditions"`
-	Drain                     *lullv1.DrainRequest `json:"drain"`
+	Drain                     json.RawMessage      `json:"drain"`
+	DrainSequence             int64                `json:"drainSequence"`
+	Replacement               json.RawMessage      `json:"replacement"`
 	FailedReplacements        int32                `json:"failedReplacements"`
 	LastFailedReplacementTime *metav1.Time         `json:"lastFailedReplacementTime"`
 }
@@ -36,9 +40,43 @@ func ownedPart(st lullv1.SessionStatus) controllerStatus {
 		ObservedGeneration: st.ObservedGeneration, Phase: st.Phase,
 		PodName: st.PodName, PodUID: st.PodUID,
 		CurrentRevision: st.CurrentRevision, UpdateRevision: st.UpdateRevision, TemplateRevision: st.TemplateRevision,
-		Conditions: st.Conditions, Drain: st.Drain,
+		Conditions: st.Conditions, Drain: wholeObject(st.Drain), DrainSequence: st.DrainSequence,
+		Replacement:        wholeObject(st.Replacement),
 		FailedReplacements: st.FailedReplacements, LastFailedReplacementTime: st.LastFailedReplacementTime,
 	}
+}
+
+// wholeObject encodes a nested object of the status for a JSON merge patch
+// so that it replaces the stored object whole: every field of v's struct is
+// present, an empty one as null. A merge patch keeps every key it does not
+// mention, so a Manual request written over an Update one would otherwise
+// keep the Update's revision, and the controller would find its status
+// different on every reconcile and patch it again, forever. A nil v is
+// null, which removes the object.
+func wholeObject[T any](v *T) json.RawMessage {
+	if v == nil {
+		return json.RawMessage("null")
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // API types always marshal
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
+		panic(err)
+	}
+	t := reflect.TypeFor[T]()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if _, ok := fields[name]; !ok && name != "" && name != "-" {
+			fields[name] = json.RawMessage("null")
+		}
+	}
+	out, err := json.Marshal(fields)
+	if err != nil {
+		panic(err)
+	}
+	return out
 }
 
 // writeStatus patches the controller's part of the session status when it
