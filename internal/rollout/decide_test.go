@@ -1,7 +1,6 @@
 package rollout
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -40,22 +39,34 @@ func newFixture() *fixture {
 			Status:     appsv1.StatefulSetStatus{ObservedGeneration: 2, UpdateRevision: newRev},
 		},
 		Pod: &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "s-0", UID: podUID, Labels: map[string]string{appsv1.ControllerRevisionHashLabelKey: oldRev}},
-			Status:     corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+			ObjectMeta: metav1.ObjectMeta{Name: "s-0", UID: podUID, ResourceVersion: "41", Labels: map[string]string{appsv1.ControllerRevisionHashLabelKey: oldRev}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+				ContainerStatuses: []corev1.ContainerStatus{running(lullv1.RuntimeContainerName)}},
 		},
 	}}
 }
 
-func updateID(uid types.UID, rev string) string {
-	return drain.RequestID(uid, lullv1.DrainReasonUpdate, rev)
+// requested is an Update request for rev issued with drain sequence seq.
+func requested(uid types.UID, rev string, seq int64, at time.Time) *lullv1.DrainRequest {
+	return &lullv1.DrainRequest{RequestID: drain.RequestID(uid, lullv1.DrainReasonUpdate, seq), PodUID: uid, Reason: lullv1.DrainReasonUpdate,
+		Revision: rev, Sequence: seq, RequestedAt: metav1.NewTime(at)}
 }
 
-func requested(uid types.UID, rev string, at time.Time) *lullv1.DrainRequest {
-	return &lullv1.DrainRequest{RequestID: updateID(uid, rev), PodUID: uid, Reason: lullv1.DrainReasonUpdate, Revision: rev, RequestedAt: metav1.NewTime(at)}
+// manual is the Manual request of a suspension issued with sequence seq.
+func manual(uid types.UID, seq int64, at time.Time) *lullv1.DrainRequest {
+	return &lullv1.DrainRequest{RequestID: drain.RequestID(uid, lullv1.DrainReasonManual, seq), PodUID: uid, Reason: lullv1.DrainReasonManual,
+		Sequence: seq, RequestedAt: metav1.NewTime(at)}
 }
 
-func manual(uid types.UID, generation int64, at time.Time) *lullv1.DrainRequest {
-	return &lullv1.DrainRequest{RequestID: drain.RequestID(uid, lullv1.DrainReasonManual, fmt.Sprint(generation)), PodUID: uid, Reason: lullv1.DrainReasonManual, RequestedAt: metav1.NewTime(at)}
+// outstanding puts d in status.drain, as the controller's write of it did
+// (with the drain sequence it took).
+func outstanding(o *Observed, d *lullv1.DrainRequest) {
+	o.Session.Status.Drain = d
+	o.Session.Status.DrainSequence = max(o.Session.Status.DrainSequence, d.Sequence)
+}
+
+func committed(uid types.UID, reason lullv1.ReplacementReason, requestID string) *lullv1.Replacement {
+	return &lullv1.Replacement{PodUID: uid, Reason: reason, RequestID: requestID, CommittedAt: metav1.NewTime(now)}
 }
 
 func report(uid types.UID, id string, state lullv1.RuntimeState, active int32) *lullv1.RuntimeReport {
@@ -63,19 +74,30 @@ func report(uid types.UID, id string, state lullv1.RuntimeState, active int32) *
 }
 
 func waiting(reason string) corev1.ContainerStatus {
-	return corev1.ContainerStatus{Name: "runtime", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason}}}
+	return waitingIn(lullv1.RuntimeContainerName, reason)
+}
+
+func waitingIn(container, reason string) corev1.ContainerStatus {
+	return corev1.ContainerStatus{Name: container, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason}}}
+}
+
+func running(container string) corev1.ContainerStatus {
+	return corev1.ContainerStatus{Name: container, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
 }
 
 func TestDecide(t *testing.T) {
 	earlier := now.Add(-time.Minute)
 	tests := []struct {
-		name  string
-		edit  func(o *Observed)
-		kind  Kind
-		why   string
-		drain func() *lullv1.DrainRequest // expected Action.Drain; nil func means nil
-		after time.Duration               // expected RequeueAfter
+		name   string
+		edit   func(o *Observed)
+		kind   Kind
+		why    string
+		drain  func() *lullv1.DrainRequest // expected Action.Drain; nil func means nil
+		commit *lullv1.Replacement         // expected Action.Replacement
+		podRV  string                      // expected delete resourceVersion precondition
+		after  time.Duration               // expected RequeueAfter
 	}{
+		// Suspension.
 		{name: "suspended session without a pod waits", edit: func(o *Observed) { o.Session.Spec.Suspend = true; o.Pod = nil }, kind: Wait, why: ReasonSuspended},
 		{name: "suspending a session drains its pod first",
 			edit: func(o *Observed) { o.Session.Spec.Suspend = true },
@@ -83,20 +105,43 @@ func TestDecide(t *testing.T) {
 		{name: "suspending waits for the drain",
 			edit: func(o *Observed) {
 				o.Session.Spec.Suspend = true
-				o.Session.Status.Drain = manual(podUID, 1, earlier)
+				outstanding(o, manual(podUID, 1, earlier))
 				o.Session.Status.Runtime = report(podUID, manual(podUID, 1, earlier).RequestID, lullv1.RuntimeDraining, 1)
 			}, kind: Wait, why: ReasonSuspending, drain: func() *lullv1.DrainRequest { return manual(podUID, 1, earlier) }},
-		{name: "suspending a stale pod drains for the suspension, not the update",
+		{name: "suspending a stale pod drains for the suspension with a new ID",
 			edit: func(o *Observed) {
 				o.Session.Spec.Suspend = true
-				o.Session.Status.Drain = requested(podUID, newRev, earlier)
-			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return manual(podUID, 1, now) }},
-		{name: "drained suspended session is scaled away",
+				outstanding(o, requested(podUID, newRev, 1, earlier))
+			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return manual(podUID, 2, now) }},
+		{name: "a drained suspended session commits before it is scaled away",
 			edit: func(o *Observed) {
 				o.Session.Spec.Suspend = true
-				o.Session.Status.Drain = manual(podUID, 1, earlier)
+				outstanding(o, manual(podUID, 1, earlier))
 				o.Session.Status.Runtime = report(podUID, manual(podUID, 1, earlier).RequestID, lullv1.RuntimeDrained, 0)
-			}, kind: Wait, why: ReasonSuspending, drain: func() *lullv1.DrainRequest { return manual(podUID, 1, earlier) }},
+			}, kind: Commit, why: ReasonDrained, drain: func() *lullv1.DrainRequest { return manual(podUID, 1, earlier) },
+			commit: committed(podUID, lullv1.ReplacementDrained, manual(podUID, 1, earlier).RequestID)},
+		{name: "a committed suspended session is scaled away, its request kept",
+			edit: func(o *Observed) {
+				o.Session.Spec.Suspend = true
+				outstanding(o, manual(podUID, 1, earlier))
+				o.Session.Status.Replacement = committed(podUID, lullv1.ReplacementDrained, manual(podUID, 1, earlier).RequestID)
+			}, kind: Wait, why: ReasonSuspending, drain: func() *lullv1.DrainRequest { return manual(podUID, 1, earlier) },
+			commit: committed(podUID, lullv1.ReplacementDrained, manual(podUID, 1, earlier).RequestID)},
+		{name: "a suspended failed pod is committed and deleted as observed, without backoff",
+			edit: func(o *Observed) {
+				o.Session.Spec.Suspend = true
+				o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("CrashLoopBackOff")}
+				o.Session.Status.FailedReplacements = 3
+				last := metav1.NewTime(now)
+				o.Session.Status.LastFailedReplacementTime = &last
+			}, kind: Commit, why: ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, ""), podRV: "41"},
+		{name: "a suspended pod with a failing sidecar is drained, not scaled away",
+			edit: func(o *Observed) {
+				o.Session.Spec.Suspend = true
+				o.Pod.Status.ContainerStatuses = append(o.Pod.Status.ContainerStatuses, waitingIn("mesh-proxy", "CrashLoopBackOff"))
+			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return manual(podUID, 1, now) }},
+
+		// Observation gates.
 		{name: "no StatefulSet yet", edit: func(o *Observed) { o.StatefulSet = nil }, kind: Wait, why: ReasonStatefulSetPending},
 		{name: "StatefulSet generation not observed yet triggers nothing",
 			edit: func(o *Observed) { o.StatefulSet.Status.ObservedGeneration = 1 }, kind: Wait, why: ReasonRevisionUnknown},
@@ -105,15 +150,25 @@ func TestDecide(t *testing.T) {
 		{name: "revision unknown keeps an outstanding request",
 			edit: func(o *Observed) {
 				o.StatefulSet.Status.ObservedGeneration = 1
-				o.Session.Status.Drain = requested(podUID, newRev, earlier)
-			}, kind: Wait, why: ReasonRevisionUnknown, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, earlier) }},
+				outstanding(o, requested(podUID, newRev, 1, earlier))
+			}, kind: Wait, why: ReasonRevisionUnknown, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
 		{name: "no pod yet", edit: func(o *Observed) { o.Pod = nil }, kind: Wait, why: ReasonPodPending},
-		{name: "terminating pod is waited for",
-			edit: func(o *Observed) { ts := metav1.NewTime(earlier); o.Pod.DeletionTimestamp = &ts }, kind: Wait, why: ReasonPodTerminating},
+		{name: "terminating pod is waited for, looked at again when it would be stuck",
+			edit: func(o *Observed) { ts := metav1.NewTime(now.Add(-10 * time.Second)); o.Pod.DeletionTimestamp = &ts },
+			kind: Wait, why: ReasonPodTerminating, after: StuckTerminatingAfter - 10*time.Second + time.Second},
+		{name: "pod terminating long past its grace period is named stuck",
+			edit: func(o *Observed) {
+				ts := metav1.NewTime(now.Add(-StuckTerminatingAfter - time.Second))
+				o.Pod.DeletionTimestamp = &ts
+				o.Pod.Finalizers = []string{"example.com/hold"}
+				o.Pod.Spec.NodeName = "node-7"
+			}, kind: Wait, why: ReasonPodStuckTerminating},
+
+		// Current pods.
 		{name: "current pod is up to date and clears a leftover request",
 			edit: func(o *Observed) {
 				o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] = newRev
-				o.Session.Status.Drain = requested(podUID, newRev, earlier)
+				outstanding(o, requested(podUID, newRev, 1, earlier))
 			}, kind: Wait, why: ReasonUpToDate},
 		{name: "image rewritten after admission but revision current is not drained",
 			edit: func(o *Observed) {
@@ -125,23 +180,49 @@ func TestDecide(t *testing.T) {
 				o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] = newRev
 				o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("CrashLoopBackOff")}
 			}, kind: Wait, why: ReasonUpToDate},
-		{name: "stale terminal pod is replaced at once",
-			edit: func(o *Observed) { o.Pod.Status.Phase = corev1.PodFailed }, kind: DeletePod, why: ReasonPodFailed},
+
+		// Stale pods that cannot serve.
+		{name: "stale terminal pod is committed and deleted as observed",
+			edit: func(o *Observed) { o.Pod.Status.Phase = corev1.PodFailed },
+			kind: Commit, why: ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, ""), podRV: "41"},
 		{name: "stale succeeded pod is replaced at once",
-			edit: func(o *Observed) { o.Pod.Status.Phase = corev1.PodSucceeded }, kind: DeletePod, why: ReasonPodFailed},
-		{name: "stale pod in ImagePullBackOff is replaced at once",
+			edit: func(o *Observed) { o.Pod.Status.Phase = corev1.PodSucceeded },
+			kind: Commit, why: ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, ""), podRV: "41"},
+		{name: "stale pod whose runtime is in ImagePullBackOff is replaced at once",
+			edit: func(o *Observed) { o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ImagePullBackOff")} },
+			kind: Commit, why: ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, ""), podRV: "41"},
+		{name: "a crash-looping sidecar next to a running runtime is drained, not deleted",
 			edit: func(o *Observed) {
-				o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ImagePullBackOff")}
-			}, kind: DeletePod, why: ReasonPodFailed},
-		{name: "stale pod with a failing init container is replaced",
+				o.Pod.Status.ContainerStatuses = append(o.Pod.Status.ContainerStatuses, waitingIn("mesh-proxy", "CrashLoopBackOff"))
+				o.Session.Status.Runtime = report(podUID, "", lullv1.RuntimeServing, 2)
+			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, now) }},
+		{name: "a native sidecar in ImagePullBackOff next to a running runtime is drained, not deleted",
 			edit: func(o *Observed) {
-				o.Pod.Status.InitContainerStatuses = []corev1.ContainerStatus{waiting("CreateContainerConfigError")}
-			}, kind: DeletePod, why: ReasonPodFailed},
-		{name: "stale pod merely creating its container is drained, not replaced",
+				o.Pod.Status.InitContainerStatuses = []corev1.ContainerStatus{waitingIn("proxy", "ImagePullBackOff")}
+			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, now) }},
+		{name: "stale pod whose runtime is still being created has never started: replaced without a drain",
+			edit: func(o *Observed) { o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ContainerCreating")} },
+			kind: Commit, why: ReasonNeverStarted, commit: committed(podUID, lullv1.ReplacementNeverStarted, ""), podRV: "41"},
+		{name: "unschedulable stale pod is replaced without a drain",
+			edit: func(o *Observed) {
+				o.Pod.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: "0/3 nodes have enough memory"}}}
+			}, kind: Commit, why: ReasonNeverStarted, commit: committed(podUID, lullv1.ReplacementNeverStarted, ""), podRV: "41"},
+		{name: "stale pod held by a failing init container has never started",
+			edit: func(o *Observed) {
+				o.Pod.Status = corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{waitingIn("setup", "CreateContainerConfigError")},
+					ContainerStatuses: []corev1.ContainerStatus{waiting("PodInitializing")}}
+			}, kind: Commit, why: ReasonNeverStarted, commit: committed(podUID, lullv1.ReplacementNeverStarted, ""), podRV: "41"},
+		{name: "a pending-looking pod whose runtime has reported is drained (kubelet status lag)",
 			edit: func(o *Observed) {
 				o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ContainerCreating")}
-			},
-			kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, now) }},
+				o.Session.Status.Runtime = report(podUID, "", lullv1.RuntimeServing, 1)
+			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, now) }},
+		{name: "a runtime container that ran before is not never-started",
+			edit: func(o *Observed) {
+				c := waiting("ContainerCreating")
+				c.RestartCount = 1
+				o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{c}
+			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, now) }},
 		{name: "failed stale pod inside the backoff waits",
 			edit: func(o *Observed) {
 				o.Pod.Status.Phase = corev1.PodFailed
@@ -149,68 +230,118 @@ func TestDecide(t *testing.T) {
 				last := metav1.NewTime(now.Add(-4 * time.Second))
 				o.Session.Status.LastFailedReplacementTime = &last
 			}, kind: Wait, why: ReasonReplacementBackoff, after: 6 * time.Second},
-		{name: "failed stale pod after the backoff is replaced",
+		{name: "never-started stale pod inside the backoff waits",
+			edit: func(o *Observed) {
+				o.Pod.Status = corev1.PodStatus{Phase: corev1.PodPending}
+				o.Session.Status.FailedReplacements = 1
+				last := metav1.NewTime(now.Add(-1 * time.Second))
+				o.Session.Status.LastFailedReplacementTime = &last
+			}, kind: Wait, why: ReasonReplacementBackoff, after: 4 * time.Second},
+		{name: "failed stale pod after the backoff is committed",
 			edit: func(o *Observed) {
 				o.Pod.Status.Phase = corev1.PodFailed
 				o.Session.Status.FailedReplacements = 2
 				last := metav1.NewTime(now.Add(-11 * time.Second))
 				o.Session.Status.LastFailedReplacementTime = &last
-			}, kind: DeletePod, why: ReasonPodFailed},
+			}, kind: Commit, why: ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, ""), podRV: "41"},
+
+		// Committed replacements.
+		{name: "a committed failure still observed is deleted as observed, not counted again",
+			edit: func(o *Observed) {
+				o.Pod.Status.Phase = corev1.PodFailed
+				o.Session.Status.Replacement = committed(podUID, lullv1.ReplacementPodFailed, "")
+				o.Session.Status.FailedReplacements = 1
+				last := metav1.NewTime(now)
+				o.Session.Status.LastFailedReplacementTime = &last
+			}, kind: DeletePod, why: string(lullv1.ReplacementPodFailed), commit: committed(podUID, lullv1.ReplacementPodFailed, ""), podRV: "41"},
+		{name: "a committed failure whose pod recovered lapses; the pod is drained",
+			edit: func(o *Observed) {
+				o.Session.Status.Replacement = committed(podUID, lullv1.ReplacementPodFailed, "")
+			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, now) }},
+		{name: "a committed drained pod is deleted even after a rollback made it current",
+			edit: func(o *Observed) {
+				o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] = newRev
+				outstanding(o, requested(podUID, "s-older", 3, earlier))
+				o.Session.Status.Replacement = committed(podUID, lullv1.ReplacementDrained, requested(podUID, "s-older", 3, earlier).RequestID)
+			}, kind: DeletePod, why: ReasonDrained, drain: func() *lullv1.DrainRequest { return requested(podUID, "s-older", 3, earlier) },
+			commit: committed(podUID, lullv1.ReplacementDrained, requested(podUID, "s-older", 3, earlier).RequestID)},
+		{name: "a committed drained pod is deleted while the StatefulSet revision is unknown",
+			edit: func(o *Observed) {
+				o.StatefulSet.Status.ObservedGeneration = 1
+				outstanding(o, requested(podUID, newRev, 1, earlier))
+				o.Session.Status.Replacement = committed(podUID, lullv1.ReplacementDrained, requested(podUID, newRev, 1, earlier).RequestID)
+			}, kind: DeletePod, why: ReasonDrained, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) },
+			commit: committed(podUID, lullv1.ReplacementDrained, requested(podUID, newRev, 1, earlier).RequestID)},
+		{name: "a commitment for a previous pod is dropped",
+			edit: func(o *Observed) {
+				o.Session.Status.Replacement = committed("pod-0", lullv1.ReplacementDrained, "update-0000000000000000")
+				o.Session.Status.DrainSequence = 4
+			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 5, now) }},
+
+		// Force.
 		{name: "force-update true replaces a stale pod without a drain",
 			edit: func(o *Observed) { o.Session.Annotations = map[string]string{lullv1.AnnotationForceUpdate: "true"} },
-			kind: DeletePod, why: ReasonForced, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, now) }},
+			kind: DeletePod, why: ReasonForced, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, now) }},
 		{name: "force-update with the exact request ID replaces the pod",
 			edit: func(o *Observed) {
-				o.Session.Status.Drain = requested(podUID, newRev, earlier)
-				o.Session.Annotations = map[string]string{lullv1.AnnotationForceUpdate: updateID(podUID, newRev)}
-			}, kind: DeletePod, why: ReasonForced, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, earlier) }},
+				outstanding(o, requested(podUID, newRev, 1, earlier))
+				o.Session.Annotations = map[string]string{lullv1.AnnotationForceUpdate: requested(podUID, newRev, 1, earlier).RequestID}
+			}, kind: DeletePod, why: ReasonForced, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
 		{name: "force-update with another request ID is ignored",
 			edit: func(o *Observed) {
-				o.Session.Status.Drain = requested(podUID, newRev, earlier)
-				o.Session.Annotations = map[string]string{lullv1.AnnotationForceUpdate: updateID("pod-0", newRev)}
-			}, kind: Wait, why: ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, earlier) }},
+				outstanding(o, requested(podUID, newRev, 1, earlier))
+				o.Session.Annotations = map[string]string{lullv1.AnnotationForceUpdate: requested("pod-0", newRev, 1, earlier).RequestID}
+			}, kind: Wait, why: ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
 		{name: "force-update does not touch a current pod",
 			edit: func(o *Observed) {
 				o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] = newRev
 				o.Session.Annotations = map[string]string{lullv1.AnnotationForceUpdate: "true"}
 			}, kind: Wait, why: ReasonUpToDate},
+
+		// Drain.
 		{name: "stale healthy pod gets a drain request",
-			kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, now) }},
-		{name: "request for an older revision is replaced by a new episode",
-			edit: func(o *Observed) { o.Session.Status.Drain = requested(podUID, "s-older", earlier) },
-			kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, now) }},
+			kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, now) }},
+		{name: "request for an older revision is replaced by one with the next sequence number",
+			edit: func(o *Observed) { outstanding(o, requested(podUID, "s-older", 1, earlier)) },
+			kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 2, now) }},
+		{name: "the same revision again after a withdrawal gets a new ID (rollback, then roll out again)",
+			edit: func(o *Observed) {
+				o.Session.Status.DrainSequence = 1 // request 1 for newRev was issued, then withdrawn
+				o.Session.Status.Runtime = report(podUID, requested(podUID, newRev, 1, earlier).RequestID, lullv1.RuntimeDrained, 0)
+			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 2, now) }},
 		{name: "request for a previous pod is replaced by one for this pod",
-			edit: func(o *Observed) { o.Session.Status.Drain = requested("pod-0", newRev, earlier) },
-			kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, now) }},
+			edit: func(o *Observed) { outstanding(o, requested("pod-0", newRev, 1, earlier)) },
+			kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 2, now) }},
 		{name: "outstanding request without a report waits",
-			edit: func(o *Observed) { o.Session.Status.Drain = requested(podUID, newRev, earlier) },
-			kind: Wait, why: ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, earlier) }},
+			edit: func(o *Observed) { outstanding(o, requested(podUID, newRev, 1, earlier)) },
+			kind: Wait, why: ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
 		{name: "runtime still draining waits",
 			edit: func(o *Observed) {
-				o.Session.Status.Drain = requested(podUID, newRev, earlier)
-				o.Session.Status.Runtime = report(podUID, updateID(podUID, newRev), lullv1.RuntimeDraining, 2)
-			}, kind: Wait, why: ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, earlier) }},
-		{name: "matching Drained report deletes the pod",
+				outstanding(o, requested(podUID, newRev, 1, earlier))
+				o.Session.Status.Runtime = report(podUID, requested(podUID, newRev, 1, earlier).RequestID, lullv1.RuntimeDraining, 2)
+			}, kind: Wait, why: ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
+		{name: "matching Drained report commits the replacement",
 			edit: func(o *Observed) {
-				o.Session.Status.Drain = requested(podUID, newRev, earlier)
-				o.Session.Status.Runtime = report(podUID, updateID(podUID, newRev), lullv1.RuntimeDrained, 0)
-			}, kind: DeletePod, why: ReasonDrained, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, earlier) }},
+				outstanding(o, requested(podUID, newRev, 1, earlier))
+				o.Session.Status.Runtime = report(podUID, requested(podUID, newRev, 1, earlier).RequestID, lullv1.RuntimeDrained, 0)
+			}, kind: Commit, why: ReasonDrained, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) },
+			commit: committed(podUID, lullv1.ReplacementDrained, requested(podUID, newRev, 1, earlier).RequestID)},
 		{name: "Drained report with a wrong request ID deletes nothing",
 			edit: func(o *Observed) {
-				o.Session.Status.Drain = requested(podUID, newRev, earlier)
-				o.Session.Status.Runtime = report(podUID, updateID(podUID, "s-older"), lullv1.RuntimeDrained, 0)
-			}, kind: Wait, why: ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, earlier) }},
+				outstanding(o, requested(podUID, newRev, 2, earlier))
+				o.Session.Status.Runtime = report(podUID, requested(podUID, newRev, 1, earlier).RequestID, lullv1.RuntimeDrained, 0)
+			}, kind: Wait, why: ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 2, earlier) }},
 		{name: "Drained report from the old pod after the pod was recreated deletes nothing",
 			edit: func(o *Observed) {
 				o.Pod.UID = "pod-2"
-				o.Session.Status.Drain = requested(podUID, newRev, earlier)
-				o.Session.Status.Runtime = report(podUID, updateID(podUID, newRev), lullv1.RuntimeDrained, 0)
-			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested("pod-2", newRev, now) }},
+				outstanding(o, requested(podUID, newRev, 1, earlier))
+				o.Session.Status.Runtime = report(podUID, requested(podUID, newRev, 1, earlier).RequestID, lullv1.RuntimeDrained, 0)
+			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested("pod-2", newRev, 2, now) }},
 		{name: "malformed Drained report (turns still active) deletes nothing",
 			edit: func(o *Observed) {
-				o.Session.Status.Drain = requested(podUID, newRev, earlier)
-				o.Session.Status.Runtime = report(podUID, updateID(podUID, newRev), lullv1.RuntimeDrained, 1)
-			}, kind: Wait, why: ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, earlier) }},
+				outstanding(o, requested(podUID, newRev, 1, earlier))
+				o.Session.Status.Runtime = report(podUID, requested(podUID, newRev, 1, earlier).RequestID, lullv1.RuntimeDrained, 1)
+			}, kind: Wait, why: ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -232,7 +363,13 @@ func TestDecide(t *testing.T) {
 			case want != nil && (a.Drain == nil || *a.Drain != *want):
 				t.Errorf("Drain = %+v, want %+v", a.Drain, want)
 			}
-			if a.Kind == DeletePod && a.PodUID != f.o.Pod.UID {
+			if !equality.Semantic.DeepEqual(a.Replacement, tt.commit) {
+				t.Errorf("Replacement = %+v, want %+v", a.Replacement, tt.commit)
+			}
+			if a.PodResourceVersion != tt.podRV {
+				t.Errorf("PodResourceVersion = %q, want %q", a.PodResourceVersion, tt.podRV)
+			}
+			if (a.Kind == DeletePod || a.Kind == Commit) && a.PodUID != f.o.Pod.UID {
 				t.Errorf("DeletePod precondition UID = %q, want the observed pod's %q", a.PodUID, f.o.Pod.UID)
 			}
 			if a.RequeueAfter != tt.after {
@@ -245,12 +382,12 @@ func TestDecide(t *testing.T) {
 	}
 }
 
-// A restarted controller that observes the same pod and revision must
-// recompute the same request, byte for byte, whatever the clock says.
+// A restarted controller that observes the same pod and revision keeps the
+// outstanding request, byte for byte, whatever the clock says.
 func TestDecideIsStableAcrossRestarts(t *testing.T) {
 	f := newFixture()
 	first := Decide(f.o)
-	f.o.Session.Status.Drain = first.Drain
+	f.o.Session.Status = NextStatus(f.o, first)
 	f.o.Now = now.Add(time.Hour)
 	again := Decide(f.o)
 	if again.Kind != Wait || *again.Drain != *first.Drain {
@@ -258,8 +395,8 @@ func TestDecideIsStableAcrossRestarts(t *testing.T) {
 	}
 }
 
-// A suspended session keeps its pod until the runtime has answered the
-// suspension's drain request (or cannot drain); then it is scaled to zero.
+// A suspended session keeps its pod until the replacement is committed
+// (the Drained report confirmed on the API server), or it cannot drain.
 func TestReplicas(t *testing.T) {
 	id := manual(podUID, 1, now).RequestID
 	tests := []struct {
@@ -270,30 +407,37 @@ func TestReplicas(t *testing.T) {
 		{"running session", func(o *Observed) {}, 1},
 		{"suspended, pod draining", func(o *Observed) {
 			o.Session.Spec.Suspend = true
-			o.Session.Status.Drain = manual(podUID, 1, now)
+			outstanding(o, manual(podUID, 1, now))
 			o.Session.Status.Runtime = report(podUID, id, lullv1.RuntimeDraining, 1)
 		}, 1},
 		{"suspended, no drain request yet", func(o *Observed) { o.Session.Spec.Suspend = true }, 1},
-		{"suspended, drained", func(o *Observed) {
+		{"suspended, Drained but not yet committed: the cache alone never scales away", func(o *Observed) {
 			o.Session.Spec.Suspend = true
-			o.Session.Status.Drain = manual(podUID, 1, now)
+			outstanding(o, manual(podUID, 1, now))
 			o.Session.Status.Runtime = report(podUID, id, lullv1.RuntimeDrained, 0)
+		}, 1},
+		{"suspended, committed", func(o *Observed) {
+			o.Session.Spec.Suspend = true
+			outstanding(o, manual(podUID, 1, now))
+			o.Session.Status.Replacement = committed(podUID, lullv1.ReplacementDrained, id)
 		}, 0},
-		{"suspended, Drained for an earlier suspension", func(o *Observed) {
+		{"suspended, committed for a previous pod", func(o *Observed) {
 			o.Session.Spec.Suspend = true
-			o.Session.Generation = 3
-			o.Session.Status.Drain = manual(podUID, 1, now)
-			o.Session.Status.Runtime = report(podUID, id, lullv1.RuntimeDrained, 0)
+			o.Session.Status.Replacement = committed("pod-0", lullv1.ReplacementDrained, id)
 		}, 1},
-		{"suspended, Drained for the update, not the suspension", func(o *Observed) {
+		{"suspended, failure committed: deleted as observed, not scaled", func(o *Observed) {
 			o.Session.Spec.Suspend = true
-			o.Session.Status.Drain = requested(podUID, newRev, now)
-			o.Session.Status.Runtime = report(podUID, updateID(podUID, newRev), lullv1.RuntimeDrained, 0)
+			o.Pod.Status.Phase = corev1.PodFailed
+			o.Session.Status.Replacement = committed(podUID, lullv1.ReplacementPodFailed, "")
 		}, 1},
-		{"suspended, pod failed", func(o *Observed) { o.Session.Spec.Suspend = true; o.Pod.Status.Phase = corev1.PodFailed }, 0},
 		{"suspended, force-update true", func(o *Observed) {
 			o.Session.Spec.Suspend = true
 			o.Session.Annotations = map[string]string{lullv1.AnnotationForceUpdate: "true"}
+		}, 0},
+		{"suspended, pod terminating", func(o *Observed) {
+			o.Session.Spec.Suspend = true
+			ts := metav1.NewTime(now)
+			o.Pod.DeletionTimestamp = &ts
 		}, 0},
 		{"suspended, no pod", func(o *Observed) { o.Session.Spec.Suspend = true; o.Pod = nil }, 0},
 	}
@@ -305,6 +449,35 @@ func TestReplicas(t *testing.T) {
 				t.Errorf("Replicas = %d, want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+// Flipping a template between two revisions over one busy pod, and
+// suspending and resuming it in between, issues a request with an ID never
+// used before at every turn: no Drained report of an earlier request can
+// answer a later one.
+func TestRequestIDsAreNeverReused(t *testing.T) {
+	f := newFixture()
+	seen := map[string]int{}
+	for i := range 40 {
+		f.o.Now = now.Add(time.Duration(i) * time.Second)
+		f.o.Session.Spec.Suspend = i%7 == 3
+		f.o.StatefulSet.Status.UpdateRevision = []string{newRev, "s-rollback"}[i%2]
+		a := Decide(f.o)
+		if a.Kind != RequestDrain {
+			t.Fatalf("step %d: %s/%s, want RequestDrain", i, a.Kind, a.Reason)
+		}
+		if prev, ok := seen[a.Drain.RequestID]; ok {
+			t.Fatalf("step %d reissued request ID %s of step %d", i, a.Drain.RequestID, prev)
+		}
+		seen[a.Drain.RequestID] = i
+		f.o.Session.Status = NextStatus(f.o, a)
+		// The runtime answers Drained; a withdrawal (the next step's change
+		// of revision) must not let this answer stand for the next request.
+		f.o.Session.Status.Runtime = report(podUID, a.Drain.RequestID, lullv1.RuntimeDrained, 0)
+		if i%3 == 0 {
+			f.o.Session.Status.Drain = nil // withdrawn, e.g. the session was blocked
+		}
 	}
 }
 
@@ -349,14 +522,39 @@ func TestNextStatus(t *testing.T) {
 		assertCondition(t, st, lullv1.ConditionUpToDate, metav1.ConditionTrue, ReasonUpToDate)
 		assertCondition(t, st, lullv1.ConditionActive, metav1.ConditionUnknown, "NoReport")
 	})
-	t.Run("failed replacement counts toward backoff", func(t *testing.T) {
+	t.Run("a committed failed replacement counts toward backoff, once", func(t *testing.T) {
 		f := newFixture()
 		f.o.Pod.Status.Phase = corev1.PodFailed
 		a := Decide(f.o)
 		st := NextStatus(f.o, a)
-		if st.FailedReplacements != 1 || st.LastFailedReplacementTime == nil || !st.LastFailedReplacementTime.Time.Equal(now) || st.Phase != lullv1.SessionPending {
+		if st.FailedReplacements != 1 || st.LastFailedReplacementTime == nil || !st.LastFailedReplacementTime.Time.Equal(now) || st.Phase != lullv1.SessionPending || st.Replacement == nil {
 			t.Fatalf("status = %+v", st)
 		}
+		f.o.Session.Status = st
+		again := NextStatus(f.o, Decide(f.o)) // the delete did not happen: finish it
+		if again.FailedReplacements != 1 || again.Replacement == nil {
+			t.Fatalf("finishing the commitment changed the count or dropped it: %+v", again)
+		}
+	})
+	t.Run("a new request advances the drain sequence", func(t *testing.T) {
+		f := newFixture()
+		f.o.Session.Status.DrainSequence = 6
+		st := NextStatus(f.o, Decide(f.o))
+		if st.DrainSequence != 7 || st.Drain == nil || st.Drain.Sequence != 7 {
+			t.Fatalf("status = %+v", st)
+		}
+		f.o.Session.Status = st
+		f.o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] = newRev
+		if st := NextStatus(f.o, Decide(f.o)); st.DrainSequence != 7 || st.Drain != nil {
+			t.Fatalf("withdrawing the request must keep the sequence: %+v", st)
+		}
+	})
+	t.Run("a stuck terminating pod shows in UpToDate", func(t *testing.T) {
+		f := newFixture()
+		ts := metav1.NewTime(now.Add(-time.Hour))
+		f.o.Pod.DeletionTimestamp = &ts
+		st := NextStatus(f.o, Decide(f.o))
+		assertCondition(t, st, lullv1.ConditionUpToDate, metav1.ConditionFalse, ReasonPodStuckTerminating)
 	})
 	t.Run("current failing pod shows Failed", func(t *testing.T) {
 		f := newFixture()

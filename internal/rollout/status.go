@@ -74,7 +74,13 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 		if o.Pod != nil {
 			reason = ReasonSuspending
 		}
-		set(lullv1.ConditionUpToDate, metav1.ConditionUnknown, reason, a.Message)
+		msg := a.Message
+		if a.Drain != nil && o.Pod != nil && Replicas(o) == 1 && (a.Reason == ReasonDrainRequested || a.Reason == ReasonSuspending) {
+			// One condition for the whole drain, as for an update: the
+			// request and the wait for its answer cost one status write.
+			msg = fmt.Sprintf("suspending: waiting for the runtime of pod %s to drain (request %s)", o.Pod.Name, a.Drain.RequestID)
+		}
+		set(lullv1.ConditionUpToDate, metav1.ConditionUnknown, reason, msg)
 	default:
 		setUpToDate(o, a, set)
 	}

@@ -31,11 +31,11 @@ func (e *expectations) add(key string, now time.Time) {
 	e.keys[key] = now
 }
 
-func (e *expectations) has(key string) bool {
+func (e *expectations) has(key string, now time.Time) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	t, ok := e.keys[key]
-	return ok && time.Since(t) <= expectationTTL
+	return ok && now.Sub(t) <= expectationTTL
 }
 
 // passingStates remembers, per session, the passing state it is in and since

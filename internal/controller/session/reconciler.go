@@ -192,7 +192,7 @@ func (r *Reconciler) pod(ctx context.Context, s *lullv1.Session) (*corev1.Pod, e
 	if pod.Labels[lullv1.LabelSession] != s.Name {
 		return nil, nil // not the StatefulSet's pod
 	}
-	if pod.DeletionTimestamp == nil && r.deleted.has(string(pod.UID)) {
+	if pod.DeletionTimestamp == nil && r.deleted.has(string(pod.UID), r.now()) {
 		// The cache has not caught up with our delete yet.
 		now := metav1.NewTime(r.now())
 		pod = pod.DeepCopy()
