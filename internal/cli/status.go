@@ -17,6 +17,7 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/manager"
+	"lull.dev/lull/internal/rollout"
 )
 
 func init() { subcommands = append(subcommands, newStatusCommand, newForceCommand) }
@@ -95,10 +96,15 @@ func printStatus(ctx context.Context, out io.Writer, c client.Client, ns string,
 		tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "  SESSION\tPHASE\tREVISION\tUP-TO-DATE\tREASON\tRUNTIME\tTURNS\tDRAIN REQUEST")
 		list := sessionsOf(sessions.Items, t.Name)
+		var blocked []string
 		for _, s := range list {
 			upToDate, reason := "-", "-"
 			if c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionUpToDate); c != nil {
 				upToDate, reason = string(c.Status), c.Reason
+				if rollout.Blocked(c.Reason) {
+					reason = "BLOCKED: " + c.Reason
+					blocked = append(blocked, fmt.Sprintf("  %s: %s\n", s.Name, c.Message))
+				}
 			}
 			runtimeState, turns := "-", "-"
 			if r := s.Status.Runtime; r != nil && r.PodUID == s.Status.PodUID {
@@ -112,6 +118,12 @@ func printStatus(ctx context.Context, out io.Writer, c client.Client, ns string,
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		if len(blocked) > 0 {
+			fmt.Fprintf(out, "  blocked sessions (lull will not act on these until someone does):\n")
+			for _, b := range blocked {
+				fmt.Fprint(out, b)
+			}
 		}
 	}
 	if !found {

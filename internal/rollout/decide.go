@@ -74,7 +74,23 @@ const (
 	ReasonDrainRequested      = "DrainRequested"
 	ReasonDraining            = "Draining"
 	ReasonDrained             = "Drained"
+
+	// Reasons of a session lull cannot move on its own (see Blocked).
+	ReasonTemplateNotFound = "TemplateNotFound"
+	ReasonRenderFailed     = "RenderFailed"
+	ReasonNameConflict     = "NameConflict"
 )
+
+// Blocked reports whether a session's UpToDate reason means it cannot move
+// until someone acts: a pod stuck terminating, a missing template, objects
+// the API server refuses, or a name taken by an object lull does not own.
+func Blocked(reason string) bool {
+	switch reason {
+	case ReasonPodStuckTerminating, ReasonTemplateNotFound, ReasonRenderFailed, ReasonNameConflict:
+		return true
+	}
+	return false
+}
 
 // StuckTerminatingAfter is how long past its deletion timestamp (which
 // already includes the grace period) a pod may stay terminating before the

@@ -189,7 +189,9 @@ func TestDecide(t *testing.T) {
 			edit: func(o *Observed) { o.Pod.Status.Phase = corev1.PodSucceeded },
 			kind: Commit, why: ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, ""), podRV: "41"},
 		{name: "stale pod whose runtime is in ImagePullBackOff is replaced at once",
-			edit: func(o *Observed) { o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ImagePullBackOff")} },
+			edit: func(o *Observed) {
+				o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ImagePullBackOff")}
+			},
 			kind: Commit, why: ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, ""), podRV: "41"},
 		{name: "a crash-looping sidecar next to a running runtime is drained, not deleted",
 			edit: func(o *Observed) {
@@ -201,7 +203,9 @@ func TestDecide(t *testing.T) {
 				o.Pod.Status.InitContainerStatuses = []corev1.ContainerStatus{waitingIn("proxy", "ImagePullBackOff")}
 			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, now) }},
 		{name: "stale pod whose runtime is still being created has never started: replaced without a drain",
-			edit: func(o *Observed) { o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ContainerCreating")} },
+			edit: func(o *Observed) {
+				o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ContainerCreating")}
+			},
 			kind: Commit, why: ReasonNeverStarted, commit: committed(podUID, lullv1.ReplacementNeverStarted, ""), podRV: "41"},
 		{name: "unschedulable stale pod is replaced without a drain",
 			edit: func(o *Observed) {

@@ -194,7 +194,7 @@ func TestController(t *testing.T) {
 		}
 	})
 
-	setRevisions(t, ns, s.Name, "rev-1", 1)
+	setRevisions(t, ns, s.Name, "rev-1", "rev-2")
 	wantID := drain.RequestID(pod.UID, lullv1.DrainReasonUpdate, 1)
 
 	requested := t.Run("requests a drain of the stale pod", func(t *testing.T) {
@@ -314,7 +314,7 @@ func TestController(t *testing.T) {
 	}
 
 	t.Run("pod of the update revision gets no drain request", func(t *testing.T) {
-		next := createPod(t, sts, 1)
+		next := createPod(t, sts, "rev-2")
 		st := waitStatus(t, ns, s.Name, "the new pod is up to date", func(st lullv1.SessionStatus) bool {
 			return st.PodUID == next.UID && meta.IsStatusConditionTrue(st.Conditions, lullv1.ConditionReady) &&
 				meta.IsStatusConditionTrue(st.Conditions, lullv1.ConditionUpToDate)
@@ -536,7 +536,7 @@ func TestControllerFailedPods(t *testing.T) {
 		p.Status.ContainerStatuses[0].Ready = false
 		p.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}}
 	})
-	setRevisions(t, ns, s.Name, "rev-1", 1)
+	setRevisions(t, ns, s.Name, "rev-1", "rev-2")
 	firstGone := gone(t, first)
 	st := waitStatus(t, ns, s.Name, "the failed replacement is counted", func(st lullv1.SessionStatus) bool {
 		return st.FailedReplacements > 0
@@ -546,33 +546,55 @@ func TestControllerFailedPods(t *testing.T) {
 	}
 
 	// The replacement is stale too (the StatefulSet controller has not
-	// caught up). While it is Pending the controller asks it to drain;
-	// that status write, made with the session's latest version, shows the
-	// controller knows of the first failed replacement.
+	// caught up) and Pending: its runtime has never started, so it holds no
+	// turn and there is nobody to answer a drain. It is replaced without
+	// one, but only once the backoff (5s after the first failed
+	// replacement) has passed, not in a hot loop.
 	second := createPodWithStatus(t, sts, "rev-1", func(p *corev1.Pod) { p.Status = corev1.PodStatus{Phase: corev1.PodPending} })
-	waitStatus(t, ns, s.Name, "the controller asks the pending stale pod to drain", func(st lullv1.SessionStatus) bool {
-		return st.Drain != nil && st.Drain.PodUID == second.UID
-	})
-	// Then it fails as well: it is replaced only once the backoff (5s
-	// after the first failed replacement) has passed, not in a hot loop.
-	second.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
-		Name: session.RuntimeContainer, Image: second.Spec.Containers[0].Image,
-		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
-	}}}
-	if err := admin.Status().Update(ctx, second); err != nil {
-		t.Fatal(err)
-	}
-	waitStatus(t, ns, s.Name, "the controller backs off before replacing the second failed pod", func(st lullv1.SessionStatus) bool {
+	waitStatus(t, ns, s.Name, "the controller backs off before replacing the never-started pod", func(st lullv1.SessionStatus) bool {
 		c := meta.FindStatusCondition(st.Conditions, lullv1.ConditionUpToDate)
-		return c != nil && c.Reason == "ReplacementBackoff"
+		return st.PodUID == second.UID && c != nil && c.Reason == "ReplacementBackoff"
 	})
 	secondGone := gone(t, second)
 	// The stored replacement time has whole seconds: allow for that.
 	if gap := secondGone.Sub(firstGone); gap < 3500*time.Millisecond {
-		t.Errorf("second failed pod replaced %s after the first, want the 5s backoff", gap.Round(time.Millisecond))
+		t.Errorf("never-started pod replaced %s after the first failed one, want the 5s backoff", gap.Round(time.Millisecond))
 	}
-	waitStatus(t, ns, s.Name, "two failed replacements are counted", func(st lullv1.SessionStatus) bool {
+	st = waitStatus(t, ns, s.Name, "two failed replacements are counted", func(st lullv1.SessionStatus) bool {
 		return st.FailedReplacements == 2
+	})
+	if st.Drain != nil {
+		t.Errorf("a never-started pod was asked to drain: %+v", st.Drain)
+	}
+
+	// A stale pod whose runtime runs next to a crash-looping sidecar is
+	// asked to drain, never deleted for the sidecar's failure.
+	third := createPodWithStatus(t, sts, "rev-1", func(p *corev1.Pod) {
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: "mesh-proxy", Image: "example.com/proxy:1",
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}})
+	})
+	waitStatus(t, ns, s.Name, "the controller asks the pod with a failing sidecar to drain", func(st lullv1.SessionStatus) bool {
+		return st.Drain != nil && st.Drain.PodUID == third.UID
+	})
+	consistently(t, 2*time.Second, "pod with a failing sidecar is kept", func(ctx context.Context) error {
+		p := &corev1.Pod{}
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(third), p); err != nil {
+			return err
+		}
+		if p.UID != third.UID || p.DeletionTimestamp != nil {
+			return errors.New("busy pod deleted for its sidecar's failure")
+		}
+		return nil
+	})
+	// Then its runtime fails as well: it is replaced after the backoff.
+	third.Status.ContainerStatuses[0].Ready = false
+	third.Status.ContainerStatuses[0].State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}
+	if err := admin.Status().Update(ctx, third); err != nil {
+		t.Fatal(err)
+	}
+	gone(t, third)
+	waitStatus(t, ns, s.Name, "three failed replacements are counted", func(st lullv1.SessionStatus) bool {
+		return st.FailedReplacements == 3
 	})
 
 	// A pod of the update revision that cannot start is never deleted.

@@ -74,7 +74,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, err
 		}
-		return r.blocked(ctx, s, "TemplateNotFound",
+		return r.blocked(ctx, s, rollout.ReasonTemplateNotFound,
 			fmt.Sprintf("SessionTemplate %q not found in namespace %s; create it or fix spec.templateRef.name", s.Spec.TemplateRef.Name, s.Namespace))
 	}
 
@@ -386,9 +386,9 @@ func (r *Reconciler) renderFailed(ctx context.Context, s *lullv1.Session, err er
 	var notOwned errNotOwned
 	switch {
 	case errors.As(err, &notOwned):
-		return r.blocked(ctx, s, "NameConflict", err.Error())
+		return r.blocked(ctx, s, rollout.ReasonNameConflict, err.Error())
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err):
-		return r.blocked(ctx, s, "RenderFailed", fmt.Sprintf("%v; fix SessionTemplate %s", err, s.Spec.TemplateRef.Name))
+		return r.blocked(ctx, s, rollout.ReasonRenderFailed, fmt.Sprintf("%v; fix SessionTemplate %s", err, s.Spec.TemplateRef.Name))
 	}
 	return ctrl.Result{}, err
 }

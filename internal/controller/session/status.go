@@ -20,19 +20,19 @@ import (
 // field is written as null or zero, and status.runtime is absent, so the
 // runtime's report is never overwritten, whatever the cache held.
 type controllerStatus struct {
-	ObservedGeneration        int64                `json:"observedGeneration"`
-	Phase                     lullv1.SessionPhase  `json:"phase"`
-	PodName                   string               `json:"podName"`
-	PodUID                    types.UID            `json:"podUID"`
-	CurrentRevision           string               `json:"currentRevision"`
-	UpdateRevision            string               `json:"updateRevision"`
-	TemplateRevision          string               `json:"templateRevision"`
-	Conditions                []metav1.Condition   `json:"conditions"`
-	Drain                     json.RawMessage      `json:"drain"`
-	DrainSequence             int64                `json:"drainSequence"`
-	Replacement               json.RawMessage      `json:"replacement"`
-	FailedReplacements        int32                `json:"failedReplacements"`
-	LastFailedReplacementTime *metav1.Time         `json:"lastFailedReplacementTime"`
+	ObservedGeneration        int64               `json:"observedGeneration"`
+	Phase                     lullv1.SessionPhase `json:"phase"`
+	PodName                   string              `json:"podName"`
+	PodUID                    types.UID           `json:"podUID"`
+	CurrentRevision           string              `json:"currentRevision"`
+	UpdateRevision            string              `json:"updateRevision"`
+	TemplateRevision          string              `json:"templateRevision"`
+	Conditions                []metav1.Condition  `json:"conditions"`
+	Drain                     json.RawMessage     `json:"drain"`
+	DrainSequence             int64               `json:"drainSequence"`
+	Replacement               json.RawMessage     `json:"replacement"`
+	FailedReplacements        int32               `json:"failedReplacements"`
+	LastFailedReplacementTime *metav1.Time        `json:"lastFailedReplacementTime"`
 }
 
 func ownedPart(st lullv1.SessionStatus) controllerStatus {

@@ -7,6 +7,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/controller/session"
+	"lull.dev/lull/internal/rollout"
 )
 
 // MinWriteInterval is the least time between two status writes of one
@@ -105,6 +108,7 @@ func statusPatch(st lullv1.SessionTemplateStatus) ([]byte, error) {
 // draining when it has a drain request outstanding.
 func Summarize(t *lullv1.SessionTemplate, sessions []lullv1.Session) lullv1.SessionTemplateStatus {
 	st := lullv1.SessionTemplateStatus{ObservedGeneration: t.Generation, Revision: session.TemplateRevision(t), Conditions: append([]metav1.Condition(nil), t.Status.Conditions...)}
+	var blocked []string
 	for i := range sessions {
 		s := &sessions[i]
 		st.Sessions++
@@ -121,6 +125,9 @@ func Summarize(t *lullv1.SessionTemplate, sessions []lullv1.Session) lullv1.Sess
 			continue
 		}
 		st.Stale++
+		if c != nil && rollout.Blocked(c.Reason) {
+			blocked = append(blocked, fmt.Sprintf("%s (%s)", s.Name, c.Reason))
+		}
 		// Stale since its UpToDate condition left True; a session whose
 		// controller has not yet seen the new revision has no such time
 		// yet.
@@ -134,6 +141,21 @@ func Summarize(t *lullv1.SessionTemplate, sessions []lullv1.Session) lullv1.Sess
 		Message: fmt.Sprintf("%d of %d running sessions run the update revision", st.Current, st.Sessions-st.Suspended), ObservedGeneration: t.Generation}
 	if st.Current < st.Sessions-st.Suspended {
 		rolledOut.Status, rolledOut.Reason = metav1.ConditionFalse, "RollingOut"
+	}
+	if len(blocked) > 0 {
+		// Name the sessions that need someone while the others finish;
+		// when nothing else is moving, the rollout itself is blocked.
+		sort.Strings(blocked)
+		if int(st.Current)+len(blocked) == int(st.Sessions-st.Suspended) {
+			rolledOut.Reason = "Blocked"
+		}
+		const shown = 5
+		more := ""
+		if len(blocked) > shown {
+			more = fmt.Sprintf(" and %d more", len(blocked)-shown)
+			blocked = blocked[:shown]
+		}
+		rolledOut.Message += fmt.Sprintf("; blocked: %s%s (see each session's UpToDate condition)", strings.Join(blocked, ", "), more)
 	}
 	meta.SetStatusCondition(&st.Conditions, rolledOut)
 	return st

@@ -1,6 +1,7 @@
 package template
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/controller/session"
+	"lull.dev/lull/internal/rollout"
 )
 
 func TestSummarize(t *testing.T) {
@@ -55,5 +57,27 @@ func TestSummarize(t *testing.T) {
 	done := Summarize(tmpl, []lullv1.Session{sess(metav1.ConditionTrue, old, false, false), sess("", old, false, true)})
 	if c := meta.FindStatusCondition(done.Conditions, lullv1.ConditionRolledOut); c == nil || c.Status != metav1.ConditionTrue || done.OldestStaleSince != nil {
 		t.Errorf("all current: RolledOut = %+v, oldest stale %v", c, done.OldestStaleSince)
+	}
+}
+
+// A session stuck on a pod that will not terminate is named in the
+// rollout's condition while the others finish; once nothing else moves,
+// the rollout is Blocked.
+func TestSummarizeNamesBlockedSessions(t *testing.T) {
+	tmpl := &lullv1.SessionTemplate{Spec: lullv1.SessionTemplateSpec{Runtime: lullv1.RuntimeSpec{Image: "i:1"}}}
+	rev := session.TemplateRevision(tmpl)
+	sess := func(name string, status metav1.ConditionStatus, reason string) lullv1.Session {
+		return lullv1.Session{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: lullv1.SessionStatus{TemplateRevision: rev,
+			Conditions: []metav1.Condition{{Type: lullv1.ConditionUpToDate, Status: status, Reason: reason}}}}
+	}
+	stuck := sess("carol", metav1.ConditionFalse, rollout.ReasonPodStuckTerminating)
+	st := Summarize(tmpl, []lullv1.Session{sess("alice", metav1.ConditionTrue, rollout.ReasonUpToDate), sess("bob", metav1.ConditionFalse, rollout.ReasonDraining), stuck})
+	c := meta.FindStatusCondition(st.Conditions, lullv1.ConditionRolledOut)
+	if c == nil || c.Reason != "RollingOut" || !strings.Contains(c.Message, "carol (PodStuckTerminating)") {
+		t.Errorf("RolledOut = %+v, want RollingOut naming carol", c)
+	}
+	st = Summarize(tmpl, []lullv1.Session{sess("alice", metav1.ConditionTrue, rollout.ReasonUpToDate), stuck})
+	if c := meta.FindStatusCondition(st.Conditions, lullv1.ConditionRolledOut); c == nil || c.Reason != "Blocked" {
+		t.Errorf("RolledOut = %+v, want Blocked", c)
 	}
 }
