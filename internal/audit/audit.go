@@ -4,13 +4,15 @@
 // protocol:
 //
 //   - a pod deleted while a journaled turn on it was still open;
-//   - a healthy pod deleted without a prior Drained report whose request ID
-//     and pod UID match the session's drain request (failed pods and forced
-//     replacements aside).
+//   - a pod deleted without a prior Drained report whose request ID and pod
+//     UID match the session's drain request, when its runtime had neither
+//     failed nor never started, and the deletion was not forced;
+//   - a drain request ID issued twice for one pod.
 //
 // It trusts neither the controller nor the runtime: the journal is written
 // by the runtime process around its work, the deletions and reports come
-// from the API server.
+// from the API server. It shares no decision code with the controller
+// either: rules.go is its own reading of docs/protocol.md.
 package audit
 
 import (
@@ -24,37 +26,50 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/drain"
 	"lull.dev/lull/internal/journal"
-	"lull.dev/lull/internal/manager"
-	"lull.dev/lull/internal/rollout"
 )
 
-// Deletion is what the auditor saw when a session pod was deleted.
+// Deletion is what the auditor saw when a session pod was deleted (or
+// scaled away), and what the rules made of it.
 type Deletion struct {
 	Namespace, Session, Pod string
 	PodUID                  types.UID
 	// At is when the auditor first saw the deletion (deletionTimestamp set
 	// or the pod gone).
 	At time.Time
-	// Failed: the pod was terminal or could not start.
+	// Failed: the pod was terminal or its runtime container could not start.
 	Failed bool
-	// Forced: the session carried lull.dev/force-update.
+	// FailedReason says how it had failed.
+	FailedReason string
+	// NeverStarted: the runtime container had never started and no runtime
+	// report had named the pod.
+	NeverStarted bool
+	// Forced: the session carried lull.dev/force-update ("true", or the ID
+	// of the request outstanding for the pod).
 	Forced bool
+	// Exempt is why the test exempted the pod; set by Check.
+	Exempt string
 	// Drained: a Drained report matching the session's drain request and
-	// this pod's UID was seen before the deletion.
+	// this pod's UID was seen before the deletion, and still held.
 	Drained bool
 	// DrainedAt is when that report was first seen.
 	DrainedAt time.Time
+	// RequestID is the drain request that report answered.
+	RequestID string
+	// Detail says what the auditor saw of the pod's runtime.
+	Detail string
 
-	rv uint64 // resourceVersion of the first write that showed the deletion
+	rv  uint64      // resourceVersion of the first write that showed the deletion
+	pod *corev1.Pod // the pod as last seen before the deletion
 }
 
 // Auditor records deletions and reports while it runs.
@@ -63,22 +78,54 @@ type Auditor struct {
 
 	mu        sync.Mutex
 	pods      map[types.UID]*corev1.Pod
-	sessions  map[types.NamespacedName]*lullv1.Session
-	drainedAt map[types.UID]time.Time // first matching Drained report per pod
-	drainedRV map[types.UID]uint64    // resourceVersion of that report
+	sightings map[types.NamespacedName][]Sighting // every version of each session, reduced
+	lastRV    map[types.NamespacedName]uint64
+	ledger    *RequestLedger
+	reused    []nsViolation
+	expired   map[types.UID]expiredTurns // highest expiredTurns reported per pod
 	deletions map[types.UID]*Deletion
 	exempt    map[types.UID]string
+}
+
+type nsViolation struct{ namespace, msg string }
+
+type expiredTurns struct {
+	namespace string
+	n         int64
+}
+
+func newAuditor() *Auditor {
+	return &Auditor{pods: map[types.UID]*corev1.Pod{}, sightings: map[types.NamespacedName][]Sighting{},
+		lastRV: map[types.NamespacedName]uint64{}, ledger: NewRequestLedger(), expired: map[types.UID]expiredTurns{},
+		deletions: map[types.UID]*Deletion{}, exempt: map[types.UID]string{}}
+}
+
+// Scheme returns the auditor's own scheme: client-go's types and the lull
+// API types.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := lullv1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // Start begins watching pods and sessions; it returns once the caches have
 // synced. The auditor runs until ctx is done.
 func Start(ctx context.Context, cfg *rest.Config) (*Auditor, error) {
-	c, err := ctrlcache.New(cfg, ctrlcache.Options{Scheme: manager.Scheme()})
+	scheme, err := Scheme()
 	if err != nil {
 		return nil, err
 	}
-	a := &Auditor{cache: c, pods: map[types.UID]*corev1.Pod{}, sessions: map[types.NamespacedName]*lullv1.Session{},
-		drainedAt: map[types.UID]time.Time{}, drainedRV: map[types.UID]uint64{}, deletions: map[types.UID]*Deletion{}, exempt: map[types.UID]string{}}
+	c, err := ctrlcache.New(cfg, ctrlcache.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	a := newAuditor()
+	a.cache = c
 	podInf, err := c.GetInformer(ctx, &corev1.Pod{})
 	if err != nil {
 		return nil, err
@@ -108,25 +155,32 @@ func Start(ctx context.Context, cfg *rest.Config) (*Auditor, error) {
 }
 
 func (a *Auditor) session(o any) {
-	s, ok := o.(*lullv1.Session)
-	if !ok {
-		return
+	if s, ok := o.(*lullv1.Session); ok {
+		a.observeSession(s, time.Now())
 	}
-	now := time.Now()
+}
+
+// observeSession records one version of a session: its sighting for the
+// deletion rules, its drain request in the ledger, its runtime's expired
+// turns.
+func (a *Auditor) observeSession(s *lullv1.Session, now time.Time) {
+	key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
+	v := rv(s)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.sessions[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}] = s.DeepCopy()
-	r := s.Status.Runtime
-	if r != nil && r.State == lullv1.RuntimeServing && a.deletions[r.PodUID] == nil {
-		// The runtime reopened: an earlier Drained report no longer holds.
-		delete(a.drainedAt, r.PodUID)
-		delete(a.drainedRV, r.PodUID)
+	if v != 0 && v <= a.lastRV[key] {
+		return // a resync, or a version already seen
 	}
-	if r != nil && drain.Answers(s.Status.Drain, r, r.PodUID) {
-		if _, seen := a.drainedAt[r.PodUID]; !seen {
-			a.drainedAt[r.PodUID] = now
-			a.drainedRV[r.PodUID] = rv(s)
-		}
+	a.lastRV[key] = v
+	sg := sightingOf(s, now)
+	if list := a.sightings[key]; len(list) == 0 || !sameForRules(list[len(list)-1], sg) {
+		a.sightings[key] = append(list, sg)
+	}
+	for _, msg := range a.ledger.Observe(key, s.Status.Drain) {
+		a.reused = append(a.reused, nsViolation{s.Namespace, msg})
+	}
+	if r := s.Status.Runtime; r != nil && r.PodUID != "" && r.ExpiredTurns > a.expired[r.PodUID].n {
+		a.expired[r.PodUID] = expiredTurns{namespace: s.Namespace, n: r.ExpiredTurns}
 	}
 }
 
@@ -134,40 +188,41 @@ func (a *Auditor) pod(o any, gone bool) {
 	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
 		o, gone = t.Obj, true
 	}
-	pod, ok := o.(*corev1.Pod)
-	if !ok {
-		return
+	if pod, ok := o.(*corev1.Pod); ok {
+		a.observePod(pod, gone, time.Now())
 	}
+}
+
+// observePod records a session pod, and its deletion the first time a
+// deletion shows: a delete, or a scale to zero, which the StatefulSet
+// controller carries out as a delete.
+func (a *Auditor) observePod(pod *corev1.Pod, gone bool, now time.Time) {
 	name := pod.Labels[lullv1.LabelSession]
 	if name == "" {
 		return
 	}
-	now := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	prev := a.pods[pod.UID]
 	a.pods[pod.UID] = pod.DeepCopy()
+	if gone {
+		delete(a.pods, pod.UID)
+	}
 	if (!gone && pod.DeletionTimestamp == nil) || a.deletions[pod.UID] != nil {
 		return
 	}
 	// Judge the pod as it was just before the deletion.
-	judged := pod
-	if prev != nil {
-		judged = prev
+	judged := prev
+	if judged == nil {
+		judged = pod.DeepCopy()
 	}
-	failed, _ := rollout.PodFailure(judged)
-	d := &Deletion{Namespace: pod.Namespace, Session: name, Pod: pod.Name, PodUID: pod.UID, At: now, Failed: failed}
-	if s := a.sessions[types.NamespacedName{Namespace: pod.Namespace, Name: name}]; s != nil {
-		d.Forced = s.Annotations[lullv1.AnnotationForceUpdate] != ""
-	}
-	d.rv = rv(pod)
-	a.deletions[pod.UID] = d
+	a.deletions[pod.UID] = &Deletion{Namespace: pod.Namespace, Session: name, Pod: pod.Name, PodUID: pod.UID, At: now, rv: rv(pod), pod: judged}
 }
 
 // rv returns an object's resourceVersion as a number. The API server's etcd
 // store uses etcd's global revision, so versions of different objects order
-// their writes; the auditor relies on this to tell whether a Drained report
-// was written before a deletion, whatever order two watches deliver them in.
+// their writes; the auditor relies on this to tell whether a report was
+// written before a deletion, whatever order two watches deliver them in.
 func rv(o metav1.Object) uint64 {
 	n, _ := strconv.ParseUint(o.GetResourceVersion(), 10, 64)
 	return n
@@ -181,20 +236,29 @@ func (a *Auditor) Exempt(uid types.UID, why string) {
 	a.exempt[uid] = why
 }
 
-// Deletions returns every session pod deletion seen so far, oldest first.
+// Deletions returns every session pod deletion seen so far, oldest first,
+// judged on what the auditor has seen of its session so far.
 func (a *Auditor) Deletions() []Deletion {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := make([]Deletion, 0, len(a.deletions))
-	for uid, d := range a.deletions {
-		dd := *d
-		if at, ok := a.drainedAt[uid]; ok && a.drainedRV[uid] < d.rv {
-			dd.Drained, dd.DrainedAt = true, at
-		}
-		out = append(out, dd)
+	for _, d := range a.deletions {
+		out = append(out, judge(*d, a.sightings[types.NamespacedName{Namespace: d.Namespace, Name: d.Session}]))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
 	return out
+}
+
+// judge fills in the rules' findings on d.
+func judge(d Deletion, sightings []Sighting) Deletion {
+	pod := d.pod
+	if pod == nil {
+		pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: d.PodUID}}
+	}
+	g := Judge(pod, d.rv, sightings)
+	d.Drained, d.DrainedAt, d.RequestID = g.Drained, g.DrainedAt, g.RequestID
+	d.Failed, d.FailedReason, d.NeverStarted, d.Forced, d.Detail = g.Failed, g.FailedReason, g.NeverStarted, g.Forced, g.Detail
+	return d
 }
 
 // Report is the auditor's verdict over a run.
@@ -204,7 +268,11 @@ type Report struct {
 	Interrupted []journal.Turn
 	InFlight    int // turns still open on pods that were not deleted
 	Refused     int // turns refused while draining (clients retry)
-	Violations  []string
+	// ExpiredTurns is the number of turns whose lease expired before they
+	// ended: per pod, the highest status.runtime.expiredTurns reported,
+	// summed. Not a violation by itself.
+	ExpiredTurns int64
+	Violations   []string
 }
 
 // Check reads the journals in journalDir and judges every deletion seen in
@@ -228,42 +296,39 @@ func (a *Auditor) Check(journalDir, ns string) (Report, error) {
 	r := Report{Refused: refused}
 	a.mu.Lock()
 	exempt := maps.Clone(a.exempt)
+	var reused []string
+	for _, v := range a.reused {
+		if ns == "" || v.namespace == ns {
+			reused = append(reused, v.msg)
+		}
+	}
+	for _, e := range a.expired {
+		if ns == "" || e.namespace == ns {
+			r.ExpiredTurns += e.n
+		}
+	}
 	a.mu.Unlock()
 	deleted := map[types.UID]Deletion{}
 	for _, d := range a.Deletions() {
 		if ns != "" && d.Namespace != ns {
 			continue
 		}
-		r.Deletions = append(r.Deletions, d)
-		deleted[d.PodUID] = d
-		if _, ok := exempt[d.PodUID]; ok {
-			d.Forced = true // judged like a forced replacement
-			deleted[d.PodUID] = d
-			continue
-		}
-		if !d.Drained && !d.Failed && !d.Forced {
-			r.Violations = append(r.Violations, fmt.Sprintf("pod %s/%s (%s) was deleted at %s without a matching Drained report (healthy, not forced)", d.Namespace, d.Pod, d.PodUID, d.At.Format(time.RFC3339Nano)))
-		}
-	}
-	for _, t := range turns {
-		d, wasDeleted := deleted[t.PodUID]
-		if wasDeleted && d.Drained && t.Began.After(d.DrainedAt) {
-			r.Violations = append(r.Violations, fmt.Sprintf("turn %d of session %s/%s began on pod %s at %s, after the runtime reported Drained at %s",
-				t.Turn, t.Namespace, t.Session, t.PodUID, t.Began.Format(time.RFC3339Nano), d.DrainedAt.Format(time.RFC3339Nano)))
-		}
-		switch {
-		case !t.Ended.IsZero() && (!wasDeleted || t.Ended.Before(d.At)):
-			r.Completed++
-		case !wasDeleted:
-			r.InFlight++
-		default:
-			r.Interrupted = append(r.Interrupted, t)
-			if !d.Failed && !d.Forced {
-				r.Violations = append(r.Violations, fmt.Sprintf("turn %d of session %s/%s on pod %s began %s and was open when the pod was deleted at %s",
-					t.Turn, t.Namespace, t.Session, t.PodUID, t.Began.Format(time.RFC3339Nano), d.At.Format(time.RFC3339Nano)))
+		if why, ok := exempt[d.PodUID]; ok {
+			d.Exempt = why
+			if why == "" {
+				d.Exempt = "exempted"
 			}
 		}
+		r.Deletions = append(r.Deletions, d)
+		deleted[d.PodUID] = d
+		if v := DeletionViolation(d); v != "" {
+			r.Violations = append(r.Violations, v)
+		}
 	}
+	tv := JudgeTurns(turns, deleted)
+	r.Completed, r.InFlight, r.Interrupted = tv.Completed, tv.InFlight, tv.Interrupted
+	r.Violations = append(r.Violations, tv.Violations...)
+	r.Violations = append(r.Violations, reused...)
 	return r, nil
 }
 
