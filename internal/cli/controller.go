@@ -2,6 +2,7 @@ package cli
 
 import (
 	"flag"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
@@ -45,6 +46,9 @@ func newControllerCommand() *cobra.Command {
 	f.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz; 0 disables")
 	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect a leader so only one replica acts")
 	f.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease; default: the pod's namespace")
+	f.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a leader's lease lasts without renewal; a standby takes over after it")
+	f.DurationVar(&opts.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it stops acting")
+	f.DurationVar(&opts.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often replicas try to acquire or renew the lease")
 	f.StringVar(&opts.Namespace, "namespace", "", "watch only this namespace; default: all")
 	f.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "sessions reconciled at once")
 	f.Float32Var(&qps, "kube-api-qps", 200, "client-side limit of API requests per second (the API server's priority and fairness still applies)")

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -62,8 +63,7 @@ type Env struct {
 	healthAddr     string
 
 	mu         sync.Mutex
-	controller *exec.Cmd
-	ctrlDone   chan struct{}
+	controller *Controller // the default controller, without leader election
 
 	runnerStop context.CancelFunc
 	runnerDone chan struct{}
@@ -130,7 +130,6 @@ func Up(ctx context.Context, opts Options) (_ *Env, err error) {
 // StartController starts the controller process and waits until it is
 // ready. Its log is appended to logs/controller.log.
 func (e *Env) StartController(ctx context.Context) error {
-	start := time.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.controller != nil {
@@ -139,58 +138,139 @@ func (e *Env) StartController(ctx context.Context) error {
 	if e.metricsAddr == "" {
 		e.metricsAddr, e.healthAddr = freeAddr(), freeAddr()
 	}
-	args := append([]string{"controller", "--kubeconfig", e.controllerConf, "--leader-elect=false",
-		"--metrics-bind-address", e.metricsAddr, "--health-probe-bind-address", e.healthAddr}, e.opts.ControllerArgs...)
-	cmd := exec.Command(e.opts.LullBinary, args...)
-	logf, err := os.OpenFile(e.Cluster.LogPath("controller"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	c, err := e.startController(ctx, "controller", e.metricsAddr, e.healthAddr, append([]string{"--leader-elect=false"}, e.opts.ControllerArgs...))
 	if err != nil {
 		return err
+	}
+	e.controller = c
+	return nil
+}
+
+// StartReplica starts one more controller process, named name (its log is
+// logs/<name>.log), with leader election on: the replicas of a production
+// Deployment. Stop the default controller first (KillController), which
+// runs without leader election. args are added to the controller's
+// arguments (e.g. shorter --leader-elect-lease-duration).
+func (e *Env) StartReplica(ctx context.Context, name string, args ...string) (*Controller, error) {
+	return e.startController(ctx, name, freeAddr(), freeAddr(),
+		append([]string{"--leader-elect", "--leader-election-namespace", install.Namespace}, args...))
+}
+
+func (e *Env) startController(ctx context.Context, name, metricsAddr, healthAddr string, extra []string) (*Controller, error) {
+	start := time.Now()
+	args := append([]string{"controller", "--kubeconfig", e.controllerConf,
+		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", healthAddr}, extra...)
+	cmd := exec.Command(e.opts.LullBinary, args...)
+	logf, err := os.OpenFile(e.Cluster.LogPath(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return fmt.Errorf("start controller (%s): %w", e.opts.LullBinary, err)
+		return nil, fmt.Errorf("start %s (%s): %w", name, e.opts.LullBinary, err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	e.controller, e.ctrlDone = cmd, done
-	if err := waitReady(ctx, "http://"+e.healthAddr+"/readyz", done); err != nil {
-		return fmt.Errorf("controller did not become ready (log: %s): %w", e.Cluster.LogPath("controller"), err)
+	c := &Controller{Name: name, MetricsAddr: metricsAddr, cmd: cmd, done: done}
+	// /readyz answers before leader election is won: a standby replica is
+	// ready too.
+	if err := waitReady(ctx, "http://"+healthAddr+"/readyz", done); err != nil {
+		c.Kill()
+		return nil, fmt.Errorf("%s did not become ready (log: %s): %w", name, e.Cluster.LogPath(name), err)
 	}
-	fmt.Fprintf(e.opts.Progress, "lull controller ready, pid %d, metrics http://%s/metrics (%s)\n", cmd.Process.Pid, e.metricsAddr, since(start))
-	return nil
+	fmt.Fprintf(e.opts.Progress, "lull %s ready, pid %d, metrics http://%s/metrics (%s)\n", name, cmd.Process.Pid, metricsAddr, since(start))
+	return c, nil
 }
 
-// KillController kills the controller with SIGKILL, as a crash would, and
-// waits for it to exit.
-func (e *Env) KillController() { e.stopController(syscall.SIGKILL) }
-
-func (e *Env) stopController(sig syscall.Signal) {
+// KillController kills the default controller with SIGKILL, as a crash
+// would, and waits for it to exit.
+func (e *Env) KillController() {
 	e.mu.Lock()
-	cmd, done := e.controller, e.ctrlDone
+	c := e.controller
 	e.controller = nil
 	e.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(sig)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
+	if c != nil {
+		c.Kill()
 	}
 }
 
-// ControllerPID returns the controller's process ID, or 0.
+// ControllerPID returns the default controller's process ID, or 0.
 func (e *Env) ControllerPID() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.controller == nil {
 		return 0
 	}
-	return e.controller.Process.Pid
+	return e.controller.cmd.Process.Pid
+}
+
+// Controller is one controller process.
+type Controller struct {
+	// Name names the process and its log file.
+	Name string
+	// MetricsAddr serves its Prometheus metrics.
+	MetricsAddr string
+
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Kill kills the process with SIGKILL (continuing it first if it is
+// stopped) and waits for it to exit.
+func (c *Controller) Kill() { c.signal(syscall.SIGKILL) }
+
+// Terminate asks the process to stop (SIGTERM) and waits up to 10 s before
+// killing it.
+func (c *Controller) Terminate() { c.signal(syscall.SIGTERM) }
+
+func (c *Controller) signal(sig syscall.Signal) {
+	_ = c.cmd.Process.Signal(sig)
+	_ = c.cmd.Process.Signal(syscall.SIGCONT)
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+}
+
+// Pause stops the process (SIGSTOP): it neither renews its leader lease
+// nor notices that it lost it, as under a long GC pause or a frozen VM.
+func (c *Controller) Pause() error { return c.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused process (SIGCONT).
+func (c *Controller) Resume() error { return c.cmd.Process.Signal(syscall.SIGCONT) }
+
+// Exited reports whether the process has exited.
+func (c *Controller) Exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Leader reports whether the process holds the leader lease, from its
+// leader_election_master_status metric.
+func (c *Controller) Leader() (bool, error) {
+	resp, err := http.Get("http://" + c.MetricsAddr + "/metrics")
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return false, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "leader_election_master_status{") {
+			return strings.HasSuffix(strings.TrimSpace(line), " 1"), nil
+		}
+	}
+	return false, nil
 }
 
 // MetricsURL is the controller's Prometheus endpoint.
@@ -203,7 +283,13 @@ func (e *Env) Down() error {
 		e.runnerStop()
 		<-e.runnerDone
 	}
-	e.stopController(syscall.SIGTERM)
+	e.mu.Lock()
+	c := e.controller
+	e.controller = nil
+	e.mu.Unlock()
+	if c != nil {
+		c.Terminate()
+	}
 	return e.Cluster.Stop()
 }
 

@@ -4,6 +4,7 @@
 package manager
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -44,6 +45,10 @@ type Options struct {
 	Namespace string
 	// MaxConcurrentReconciles of the Session controller; zero means 8.
 	MaxConcurrentReconciles int
+	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election as
+	// client-go's leaderelection.LeaderElectionConfig does; zero means 15 s,
+	// 10 s and 2 s.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
 // Scheme returns a scheme with the core, apps and RBAC types and lull's.
@@ -87,7 +92,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if opts.Namespace != "" {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{opts.Namespace: {}}
 	}
-	leaseDuration, renewDeadline := 15*time.Second, 10*time.Second
+	leaseDuration, renewDeadline, retryPeriod := cmp.Or(opts.LeaseDuration, 15*time.Second), cmp.Or(opts.RenewDeadline, 10*time.Second), cmp.Or(opts.RetryPeriod, 2*time.Second)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  Scheme(),
 		Cache:                   cacheOpts,
@@ -98,6 +103,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
 		LeaseDuration:           &leaseDuration,
 		RenewDeadline:           &renewDeadline,
+		RetryPeriod:             &retryPeriod,
 		Logger:                  ctrl.Log.WithName("manager"),
 	})
 	if err != nil {
