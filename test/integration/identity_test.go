@@ -28,10 +28,12 @@ const policyMessage = "a runtime may write only status.runtime"
 // status.
 const ownSessionMessage = "may write only the status of its own session"
 
-// TestRuntimeIdentity impersonates a session runtime's ServiceAccount, with
-// the ServiceAccount, Role and RoleBinding the controller renders, and
-// checks what the API server lets it do: RBAC, the status subresource and
-// lull's ValidatingAdmissionPolicy together.
+// TestRuntimeIdentity acts as a session's runtime, with the ServiceAccount,
+// Role and RoleBinding the controller renders and a token bound to the
+// session's pod as the kubelet's projected token is, and checks what the API
+// server lets it do: RBAC, the status subresource and lull's
+// ValidatingAdmissionPolicy together. TestRuntimePodBinding covers the
+// report's binding to the pod.
 func TestRuntimeIdentity(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t, "identity")
@@ -50,7 +52,8 @@ func TestRuntimeIdentity(t *testing.T) {
 	// The finalizer would keep sess-a from ever being deleted; nothing
 	// deletes it, and the namespace goes away with the API server.
 
-	a := runtimeClient(t, ns, sa.Name)
+	podA := createRuntimePod(t, sa, sa.Name+"-0")
+	a := runtimeTokenClient(t, sa, podA)
 	// RBAC reads roles from an informer: wait until A's Role is in force.
 	eventually(t, 10*time.Second, "runtime A can get its Session", func(ctx context.Context) error {
 		return a.Get(ctx, client.ObjectKeyFromObject(sa), &lullv1.Session{})
@@ -108,7 +111,7 @@ func TestRuntimeIdentity(t *testing.T) {
 
 	t.Run("report own status.runtime", func(t *testing.T) {
 		now := metav1.NewTime(time.Now().Truncate(time.Second))
-		report := &lullv1.RuntimeReport{PodUID: "pod-a", State: lullv1.RuntimeServing, ActiveTurns: 2, LastActivity: &now, ReportedAt: &now}
+		report := &lullv1.RuntimeReport{PodUID: podA.UID, State: lullv1.RuntimeServing, ActiveTurns: 2, LastActivity: &now, ReportedAt: &now}
 		patch, err := drain.EncodeReport(report)
 		if err != nil {
 			t.Fatal(err)
@@ -176,7 +179,7 @@ func TestRuntimeIdentity(t *testing.T) {
 			}},
 			{"update own status (PUT)", func(ctx context.Context) error {
 				s := mustGetSession(t, ns, sa.Name)
-				s.Status.Runtime = &lullv1.RuntimeReport{PodUID: "pod-a", State: lullv1.RuntimeServing}
+				s.Status.Runtime = &lullv1.RuntimeReport{PodUID: podA.UID, State: lullv1.RuntimeServing}
 				return a.Status().Update(ctx, s)
 			}},
 			{"delete own session", func(ctx context.Context) error {
@@ -240,7 +243,7 @@ func TestRuntimeIdentity(t *testing.T) {
 		// A real report smuggling metadata and spec changes: the report
 		// lands, the rest is discarded.
 		before := mustGetSession(t, ns, sa.Name)
-		p := `{"metadata":{"labels":{"evil":"x"},"finalizers":["evil.example/x"]},"spec":{"suspend":true},"status":{"runtime":{"podUID":"pod-a","state":"Serving","activeTurns":7}}}`
+		p := `{"metadata":{"labels":{"evil":"x"},"finalizers":["evil.example/x"]},"spec":{"suspend":true},"status":{"runtime":{"podUID":"` + string(podA.UID) + `","state":"Serving","activeTurns":7}}}`
 		if err := a.Status().Patch(ctx, sessionRef(ns, sa.Name), mergePatch(p)); err != nil {
 			t.Fatalf("status patch %s: %v", p, err)
 		}
@@ -248,19 +251,20 @@ func TestRuntimeIdentity(t *testing.T) {
 		if want.Status.Runtime == nil {
 			want.Status.Runtime = &lullv1.RuntimeReport{}
 		}
-		want.Status.Runtime.PodUID, want.Status.Runtime.State, want.Status.Runtime.ActiveTurns = "pod-a", lullv1.RuntimeServing, 7
+		want.Status.Runtime.PodUID, want.Status.Runtime.State, want.Status.Runtime.ActiveTurns = podA.UID, lullv1.RuntimeServing, 7
 		assertUnchanged(t, want, mustGetSession(t, ns, sa.Name))
 	})
 
 	t.Run("policy refuses controller-owned status fields", func(t *testing.T) {
 		ctx := t.Context()
 		// The controller's drain request, as admin.
-		req := fmt.Sprintf(`{"requestID":%q,"podUID":"pod-a","reason":"Update","revision":"rev-2","requestedAt":"2026-01-02T03:04:05Z"}`,
-			drain.RequestID("pod-a", lullv1.DrainReasonUpdate, 2))
-		if err := admin.Status().Patch(ctx, sessionRef(ns, sa.Name), mergePatch(`{"status":{"phase":"Draining","podUID":"pod-a","drain":`+req+`}}`)); err != nil {
+		reqID := drain.RequestID(podA.UID, lullv1.DrainReasonUpdate, 2)
+		req := fmt.Sprintf(`{"requestID":%q,"podUID":%q,"reason":"Update","revision":"rev-2","requestedAt":"2026-01-02T03:04:05Z"}`, reqID, podA.UID)
+		if err := admin.Status().Patch(ctx, sessionRef(ns, sa.Name), mergePatch(fmt.Sprintf(`{"status":{"phase":"Draining","podUID":%q,"drainSequence":2,"drain":%s}}`, podA.UID, req))); err != nil {
 			t.Fatal(err)
 		}
-		other := drain.RequestID("pod-a", lullv1.DrainReasonManual, 3)
+		other := drain.RequestID(podA.UID, lullv1.DrainReasonManual, 3)
+		replacement := fmt.Sprintf(`{"podUID":%q,"reason":"Drained","requestID":%q,"committedAt":"2026-01-02T03:04:05Z"}`, podA.UID, reqID)
 		patches := []string{
 			`{"status":{"drain":null}}`, // withdrawing its own drain request
 			`{"status":{"drain":{"requestID":"` + other + `"}}}`,
@@ -275,8 +279,12 @@ func TestRuntimeIdentity(t *testing.T) {
 			`{"status":{"updateRevision":"rev-1"}}`,
 			`{"status":{"failedReplacements":3}}`,
 			`{"status":{"lastFailedReplacementTime":"2026-01-02T03:04:05Z"}}`,
+			`{"status":{"templateRevision":"rev-9"}}`,
+			`{"status":{"drainSequence":3}}`,
+			`{"status":{"drainSequence":null}}`,
+			`{"status":{"replacement":` + replacement + `}}`,
 			// status.runtime and a controller field at once: all refused.
-			`{"status":{"runtime":{"podUID":"pod-a","requestID":"` + drain.RequestID("pod-a", lullv1.DrainReasonUpdate, 2) + `","state":"Drained","activeTurns":0},"drain":null}}`,
+			`{"status":{"runtime":{"podUID":"` + string(podA.UID) + `","requestID":"` + reqID + `","state":"Drained","activeTurns":0},"drain":null}}`,
 			`{"status":null}`,
 		}
 		for _, p := range patches {
@@ -289,7 +297,7 @@ func TestRuntimeIdentity(t *testing.T) {
 		}
 
 		// The runtime answering the request, status.runtime only, is allowed.
-		patch, err := drain.EncodeReport(&lullv1.RuntimeReport{PodUID: "pod-a", RequestID: drain.RequestID("pod-a", lullv1.DrainReasonUpdate, 2), State: lullv1.RuntimeDrained})
+		patch, err := drain.EncodeReport(&lullv1.RuntimeReport{PodUID: podA.UID, RequestID: reqID, State: lullv1.RuntimeDrained})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -300,7 +308,9 @@ func TestRuntimeIdentity(t *testing.T) {
 		if got.Status.Drain == nil || got.Status.Runtime == nil || got.Status.Runtime.State != lullv1.RuntimeDrained {
 			t.Errorf("after the Drained report: drain %+v, runtime %+v", got.Status.Drain, got.Status.Runtime)
 		}
-		// Clearing its own report is the runtime's business.
+		// Clearing its report is the runtime's business: the controller
+		// deletes a pod only on a matching Drained report, never for want
+		// of one.
 		if err := a.Status().Patch(ctx, sessionRef(ns, sa.Name), mergePatch(`{"status":{"runtime":null}}`)); err != nil {
 			t.Errorf("clearing status.runtime: %v", err)
 		}
@@ -335,7 +345,7 @@ func TestRuntimeIdentity(t *testing.T) {
 		})
 
 		before := mustGetSession(t, ns, sb.Name)
-		patch, err := drain.EncodeReport(&lullv1.RuntimeReport{PodUID: "pod-b", State: lullv1.RuntimeServing})
+		patch, err := drain.EncodeReport(&lullv1.RuntimeReport{PodUID: podA.UID, State: lullv1.RuntimeServing})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -347,10 +357,11 @@ func TestRuntimeIdentity(t *testing.T) {
 	})
 }
 
-// waitForPolicy waits until the admission policy refuses a runtime's write
-// to a controller-owned status field. The policy is type-checked and loaded
-// asynchronously after it is created; until then such writes succeed, so
-// the probe uses a session of its own.
+// waitForPolicy waits until the admission policy is in force: until it
+// refuses a runtime's write to a controller-owned status field with a token
+// bound to no pod (an impersonated ServiceAccount carries no pod). The policy
+// is type-checked and loaded asynchronously after it is created; until then
+// such writes succeed, so the probe uses a session of its own.
 func waitForPolicy(t *testing.T, ns string) {
 	t.Helper()
 	probe := newSession(ns, "policy-probe", "tpl")
@@ -360,13 +371,13 @@ func waitForPolicy(t *testing.T, ns string) {
 	createIdentity(t, probe)
 	c := runtimeClient(t, ns, probe.Name)
 	n := 0
-	eventually(t, 30*time.Second, "admission policy refuses a runtime's write to status.observedGeneration", func(ctx context.Context) error {
+	eventually(t, 30*time.Second, "admission policy refuses an unbound runtime's write to status.observedGeneration", func(ctx context.Context) error {
 		n++
 		err := c.Status().Patch(ctx, sessionRef(ns, probe.Name), mergePatch(fmt.Sprintf(`{"status":{"observedGeneration":%d}}`, n)))
 		switch {
 		case err == nil:
 			return errUnexpectedSuccess
-		case errContains(err, policyMessage):
+		case errContains(err, podBoundMessage):
 			return nil
 		default:
 			return err // RBAC not yet in force, or the policy not yet loaded

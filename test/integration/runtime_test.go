@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
-
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/drain"
 	lullruntime "lull.dev/lull/runtime"
@@ -37,14 +35,17 @@ func TestRuntimeSDK(t *testing.T) {
 		t.Fatal(err)
 	}
 	createIdentity(t, s)
-	podUID := types.UID("9b0c3a52-1d1e-4c4e-9a43-000000000001")
+	// The runtime's pod, and a token bound to it as the kubelet's projected
+	// token is: the admission policy admits only reports of the caller's pod.
+	pod := createRuntimePod(t, s, s.Name+"-0")
+	podUID := pod.UID
 
 	rt, err := lullruntime.New(lullruntime.Config{
 		SessionName:      s.Name,
 		SessionNamespace: ns,
-		PodName:          s.Name + "-0",
+		PodName:          pod.Name,
 		PodUID:           podUID,
-		REST:             runtimeConfig(ns, s.Name),
+		REST:             runtimeTokenConfig(t, s, pod),
 		Logger:           slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
 	if err != nil {
@@ -112,7 +113,7 @@ func TestRuntimeSDK(t *testing.T) {
 	reqID := drain.RequestID(podUID, lullv1.DrainReasonUpdate, 2)
 	if err := admin.Status().Patch(ctx, sessionRef(ns, s.Name), mergePatch(fmt.Sprintf(
 		`{"status":{"phase":"Draining","podName":%q,"podUID":%q,"drain":{"requestID":%q,"podUID":%q,"reason":"Update","revision":"rev-2","requestedAt":%q}}}`,
-		s.Name+"-0", podUID, reqID, podUID, time.Now().UTC().Format(time.RFC3339)))); err != nil {
+		pod.Name, podUID, reqID, podUID, time.Now().UTC().Format(time.RFC3339)))); err != nil {
 		t.Fatalf("write status.drain: %v", err)
 	}
 
