@@ -220,7 +220,9 @@ func TestController(t *testing.T) {
 		t.FailNow()
 	}
 
-	rt := runtimeClient(t, ns, s.Name)
+	// The runtime's token is bound to its pod, as the kubelet's projected
+	// token is: the admission policy accepts reports naming that pod only.
+	rt := client.Client(runtimeTokenClient(t, s, pod))
 	report := func(t *testing.T, r *lullv1.RuntimeReport) {
 		t.Helper()
 		patch, err := drain.EncodeReport(r)
@@ -259,7 +261,15 @@ func TestController(t *testing.T) {
 	})
 
 	t.Run("Drained report from another pod deletes nothing", func(t *testing.T) {
-		report(t, &lullv1.RuntimeReport{PodUID: "some-other-pod", RequestID: wantID, State: lullv1.RuntimeDrained})
+		// No runtime can write a report in another pod's name (the policy
+		// refuses it); an admin can, and the controller must still ignore it.
+		patch, err := drain.EncodeReport(&lullv1.RuntimeReport{PodUID: "some-other-pod", RequestID: wantID, State: lullv1.RuntimeDrained})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.Status().Patch(t.Context(), sessionRef(ns, s.Name), client.RawPatch(types.MergePatchType, patch)); err != nil {
+			t.Fatal(err)
+		}
 		waitStatus(t, ns, s.Name, "the controller sees the report", func(st lullv1.SessionStatus) bool {
 			c := meta.FindStatusCondition(st.Conditions, lullv1.ConditionActive)
 			return c != nil && c.Status == metav1.ConditionUnknown && c.Reason == "NoReport"
