@@ -119,6 +119,7 @@ type Gate struct {
 	reason       lullv1.DrainReason
 	sealed       bool // refuses turns until Published(Serving)
 	everServed   bool // Serving has been published at least once
+	published    bool // a report has been published
 	active       map[*Turn]struct{}
 	lastActivity time.Time
 	expired      int64
@@ -200,6 +201,7 @@ func (g *Gate) SetRequest(id string, reason lullv1.DrainReason) {
 func (g *Gate) Published(s lullv1.RuntimeState) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.published = true
 	if s != lullv1.RuntimeServing || g.state != lullv1.RuntimeServing || !g.sealed {
 		return
 	}
