@@ -32,7 +32,6 @@ type Turn struct {
 	gate  *Gate
 	id    string
 	lease time.Duration
-
 	begun time.Time
 
 	// Guarded by gate.mu.
