@@ -77,7 +77,13 @@ type Snapshot struct {
 	// LastActivity is when a turn last began or ended, or Bump was last
 	// called; zero if never. Lease renewals and expiries are not activity.
 	LastActivity time.Time `json:"lastActivity,omitzero"`
-	// ExpiredTurns counts the turns whose lease expired before they ended.
+	// LapsedTurns is the number of active turns whose lease ran out during
+	// a drain and that are in their grace: a Renew revives them; if none
+	// comes, they expire when the grace ends. They count in ActiveTurns, so
+	// the gate is not Drained while one is lapsed.
+	LapsedTurns int `json:"lapsedTurns"`
+	// ExpiredTurns counts the turns whose lease expired before they ended,
+	// since the gate was made. It never decreases.
 	ExpiredTurns int64 `json:"expiredTurns"`
 	// Seq increases with every change of the gate.
 	Seq uint64 `json:"seq"`
@@ -97,6 +103,10 @@ type Snapshot struct {
 //	Draining/Drained  --request withdrawn-->  Serving, refusing turns until
 //	                                          Published(Serving)
 //
+// A leased turn whose lease runs out during a drain keeps the gate Draining
+// for a grace in which a late Renew revives it (see TurnOptions.Lease), so
+// a client that missed a renewal is not mistaken for one that finished.
+//
 // A gate that has left Serving refuses turns until the Serving report has
 // been published again, so a Drained report on the API server is never
 // contradicted by a turn in flight. A new gate likewise refuses turns until
@@ -109,6 +119,7 @@ type Gate struct {
 	reason       lullv1.DrainReason
 	sealed       bool // refuses turns until Published(Serving)
 	everServed   bool // Serving has been published at least once
+	published    bool // a report has been published
 	active       map[*Turn]struct{}
 	lastActivity time.Time
 	expired      int64
@@ -141,7 +152,7 @@ func (g *Gate) BeginTurn(opts TurnOptions) (*Turn, error) {
 		return nil, &DrainingError{State: g.state, RequestID: g.requestID, Reason: g.reason, Starting: !g.everServed}
 	}
 	now := time.Now()
-	t := &Turn{gate: g, id: newTurnID(), lease: opts.Lease}
+	t := &Turn{gate: g, id: newTurnID(), lease: opts.Lease, begun: now}
 	if opts.Lease > 0 {
 		t.deadline = now.Add(opts.Lease)
 		t.timer = time.AfterFunc(opts.Lease, t.checkLease)
@@ -190,6 +201,7 @@ func (g *Gate) SetRequest(id string, reason lullv1.DrainReason) {
 func (g *Gate) Published(s lullv1.RuntimeState) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.published = true
 	if s != lullv1.RuntimeServing || g.state != lullv1.RuntimeServing || !g.sealed {
 		return
 	}
@@ -273,12 +285,19 @@ func (g *Gate) changed() {
 }
 
 func (g *Gate) snapshot() Snapshot {
+	lapsed := 0
+	for t := range g.active {
+		if !t.graceUntil.IsZero() {
+			lapsed++
+		}
+	}
 	return Snapshot{
 		State:        g.state,
 		RequestID:    g.requestID,
 		Reason:       g.reason,
 		Accepting:    g.accepting(),
 		ActiveTurns:  len(g.active),
+		LapsedTurns:  lapsed,
 		LastActivity: g.lastActivity,
 		ExpiredTurns: g.expired,
 		Seq:          g.seq,

@@ -27,7 +27,8 @@ const (
 
 // reporter writes the gate's state to status.runtime: at once on a change
 // of state or request (Drained above all: the controller deletes the pod on
-// it), rate-limited for turn counts and activity, never the same report
+// it) or of the expired-turn count (an expiry may have taken live work),
+// rate-limited for turn counts and activity, never the same report
 // twice, retrying failed writes with backoff. After each write it tells the
 // gate with Published, which reopens a gate waiting on Serving. One reporter
 // is the only writer of status.runtime for its pod, and it writes one report
@@ -102,10 +103,11 @@ func (r *reporter) run(ctx context.Context) {
 }
 
 // due returns when want may be written, given the last report written: at
-// once for a new state, request or pod, after the state's interval for a
-// change of turn count or activity only.
+// once for a new state, request, pod or expired-turn count, after the
+// state's interval for a change of active turn count or activity only.
 func (r *reporter) due(want, written *lullv1.RuntimeReport, writtenAt time.Time) time.Time {
-	if written == nil || want.State != written.State || want.RequestID != written.RequestID || want.PodUID != written.PodUID {
+	if written == nil || want.State != written.State || want.RequestID != written.RequestID || want.PodUID != written.PodUID ||
+		want.ExpiredTurns != written.ExpiredTurns {
 		return time.Time{}
 	}
 	if want.State == lullv1.RuntimeDraining {
@@ -136,10 +138,11 @@ func (r *reporter) write(ctx context.Context, report *lullv1.RuntimeReport) erro
 // LastActivity is kept to the second, the precision the API stores.
 func reportFor(pod types.UID, s Snapshot) *lullv1.RuntimeReport {
 	r := &lullv1.RuntimeReport{
-		PodUID:      pod,
-		RequestID:   s.RequestID,
-		State:       s.State,
-		ActiveTurns: int32(s.ActiveTurns),
+		PodUID:       pod,
+		RequestID:    s.RequestID,
+		State:        s.State,
+		ActiveTurns:  int32(s.ActiveTurns),
+		ExpiredTurns: s.ExpiredTurns,
 	}
 	if !s.LastActivity.IsZero() {
 		t := metav1.NewTime(s.LastActivity.Truncate(time.Second))
@@ -154,7 +157,7 @@ func sameReport(a, b *lullv1.RuntimeReport) bool {
 		return a == b
 	}
 	return a.PodUID == b.PodUID && a.RequestID == b.RequestID && a.State == b.State &&
-		a.ActiveTurns == b.ActiveTurns && timeEqual(a.LastActivity, b.LastActivity)
+		a.ActiveTurns == b.ActiveTurns && a.ExpiredTurns == b.ExpiredTurns && timeEqual(a.LastActivity, b.LastActivity)
 }
 
 func timeEqual(a, b *metav1.Time) bool {

@@ -18,6 +18,11 @@
 //	}
 //	defer turn.End()
 //
+// A process that holds turns for others and may restart while they go on
+// (`lull agent`) persists each turn's Turn.Record and, when it starts
+// again, hands the records to Restore before Run, so its first report
+// already counts them.
+//
 // The runtime's identity may only get and watch its Session and patch its
 // sessions/status, and the runtime needs nothing more: it never lists.
 package runtime
@@ -97,6 +102,9 @@ func (r *Runtime) Run(ctx context.Context) error {
 
 // BeginTurn admits a turn; see Gate.BeginTurn.
 func (r *Runtime) BeginTurn(opts TurnOptions) (*Turn, error) { return r.gate.BeginTurn(opts) }
+
+// Restore makes recorded turns active before Run; see Gate.Restore.
+func (r *Runtime) Restore(records []TurnRecord) ([]*Turn, error) { return r.gate.Restore(records) }
 
 // Bump records activity that is not a turn; see Gate.Bump.
 func (r *Runtime) Bump() { r.gate.Bump() }

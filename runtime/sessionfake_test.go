@@ -148,9 +148,22 @@ func (f *fakeSession) reportCount() int {
 // startRuntime runs a runtime for testPod against f until the test ends.
 func startRuntime(t *testing.T, f *fakeSession) *Runtime {
 	t.Helper()
+	rt := newTestRuntime(f)
+	runRuntime(t, rt)
+	return rt
+}
+
+// newTestRuntime returns a runtime for testPod against f, not yet running.
+func newTestRuntime(f *fakeSession) *Runtime {
 	rt := newRuntime(Config{SessionName: "s1", SessionNamespace: "ns", PodName: "s1-0", PodUID: testPod,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, f)
 	rt.reporter.retry = backoff{initial: time.Millisecond, max: 5 * time.Millisecond}
+	return rt
+}
+
+// runRuntime runs rt until the test ends.
+func runRuntime(t *testing.T, rt *Runtime) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- rt.Run(ctx) }()
@@ -165,7 +178,6 @@ func startRuntime(t *testing.T, f *fakeSession) *Runtime {
 			t.Error("Run did not return after its context was cancelled")
 		}
 	})
-	return rt
 }
 
 // waitReport waits until the last landed report satisfies ok.

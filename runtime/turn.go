@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"time"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
 )
 
 // TurnOptions configure one turn.
@@ -12,8 +14,9 @@ type TurnOptions struct {
 	// Lease, when positive, bounds how long the turn lives without a Renew:
 	// a turn not renewed within Lease of its start or last renewal expires
 	// and counts as ended, so a crashed client cannot hold a drain open
-	// forever. Zero means no lease: the turn lives until End. Negative is an
-	// error.
+	// forever. During a drain a lapsed lease gets a grace of one more Lease
+	// in which a late Renew revives the turn (see Snapshot.LapsedTurns).
+	// Zero means no lease: the turn lives until End. Negative is an error.
 	Lease time.Duration
 }
 
@@ -29,12 +32,14 @@ type Turn struct {
 	gate  *Gate
 	id    string
 	lease time.Duration
+	begun time.Time
 
 	// Guarded by gate.mu.
-	deadline time.Time // zero without a lease
-	timer    *time.Timer
-	done     bool
-	expired  bool
+	deadline   time.Time // zero without a lease
+	graceUntil time.Time // end of the grace of a lapsed lease; zero if none
+	timer      *time.Timer
+	done       bool
+	expired    bool
 }
 
 // ID returns the turn's ID: "t-" and 16 hex characters, unique within the
@@ -49,7 +54,9 @@ func (t *Turn) End() {
 }
 
 // Renew extends a leased turn's lease to Lease from now and returns the new
-// expiry. It returns ErrLeaseExpired if the lease has run out (even if the
+// expiry. A turn whose lease lapsed during a drain and is in its grace is
+// revived: it is active again with a full lease. Renew returns
+// ErrLeaseExpired if the lease has run out beyond any grace (even if the
 // gate has not yet noticed) and ErrTurnEnded if the turn was ended. For a
 // turn without a lease it returns the zero time and nil.
 func (t *Turn) Renew() (time.Time, error) {
@@ -63,12 +70,16 @@ func (t *Turn) Renew() (time.Time, error) {
 		return time.Time{}, nil
 	}
 	now := time.Now()
-	if !now.Before(t.deadline) {
+	if state, _ := leaseFate(t.deadline, t.graceUntil, now, g.state == lullv1.RuntimeDraining, t.lease); state == leaseExpired {
 		g.endTurn(t, true)
 		return time.Time{}, ErrLeaseExpired
 	}
-	t.deadline = now.Add(t.lease)
+	revived := !t.graceUntil.IsZero()
+	t.deadline, t.graceUntil = now.Add(t.lease), time.Time{}
 	t.timer.Reset(t.lease)
+	if revived {
+		g.changed()
+	}
 	return t.deadline, nil
 }
 
@@ -98,16 +109,27 @@ func (t *Turn) errLocked() error {
 	return nil
 }
 
-// checkLease runs when the lease timer fires: it expires the turn unless a
-// Renew moved the deadline.
+// checkLease runs when the lease timer fires: unless a Renew moved the
+// deadline, it gives the turn its grace (during a drain) and sets the timer
+// to the grace's end, or expires the turn.
 func (t *Turn) checkLease() {
 	g := t.gate
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if t.done || time.Now().Before(t.deadline) {
+	if t.done {
 		return
 	}
-	g.endTurn(t, true)
+	now := time.Now()
+	switch state, graceUntil := leaseFate(t.deadline, t.graceUntil, now, g.state == lullv1.RuntimeDraining, t.lease); state {
+	case leaseLapsed:
+		if t.graceUntil.IsZero() {
+			t.graceUntil = graceUntil
+			g.changed()
+		}
+		t.timer.Reset(graceUntil.Sub(now))
+	case leaseExpired:
+		g.endTurn(t, true)
+	}
 }
 
 func newTurnID() string {

@@ -49,7 +49,7 @@ type turnResponse struct {
 // errorResponse is the body of every error.
 type errorResponse struct {
 	// Error is a machine-readable code: bad_request, not_found, expired,
-	// draining.
+	// draining, state_file.
 	Error   string `json:"error"`
 	Message string `json:"message"`
 	// State and RequestID, for draining: the runtime's state and the drain
@@ -59,7 +59,9 @@ type errorResponse struct {
 }
 
 // beginTurn: POST /v1/turns, body optional {"lease":"30s"}. 201 with the
-// turn; 503 with Retry-After while the session drains; 400 on a bad body.
+// turn, once it is in the state file; 503 with Retry-After while the
+// session drains; 400 on a bad body; 500 if the state file cannot be
+// written (the turn is not begun).
 func (s *Server) beginTurn(w http.ResponseWriter, r *http.Request) {
 	var req turnRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
@@ -94,7 +96,13 @@ func (s *Server) beginTurn(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, errorResponse{Error: "bad_request", Message: err.Error()})
 		return
 	}
-	s.addTurn(turn)
+	if err := s.addTurn(turn); err != nil {
+		turn.End()
+		s.log.Error("recording a turn in the agent state file failed; the turn is refused", "file", s.stateFile, "err", err)
+		writeError(w, http.StatusInternalServerError, errorResponse{Error: "state_file",
+			Message: fmt.Sprintf("turn not begun: recording it in %s failed: %v", s.stateFile, err)})
+		return
+	}
 	w.Header().Set("Location", "/v1/turns/"+turn.ID())
 	writeJSON(w, http.StatusCreated, turnResponse{ID: turn.ID(), LeaseExpiresAt: turn.ExpiresAt()})
 }
@@ -107,12 +115,13 @@ func (s *Server) endTurn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	turn.End()
-	s.removeTurn(turn.ID())
+	s.saveTurns(turn.ID(), "end")
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// renewTurn: POST /v1/turns/{id}/renew. 200 with the new expiry; 404 if
-// the turn is unknown, ended or expired.
+// renewTurn: POST /v1/turns/{id}/renew. 200 with the new expiry, once it
+// is in the state file (a lapsed turn in its grace is revived); 404 if the
+// turn is unknown, ended or expired.
 func (s *Server) renewTurn(w http.ResponseWriter, r *http.Request) {
 	turn, ok := s.lookupTurn(w, r)
 	if !ok {
@@ -120,10 +129,11 @@ func (s *Server) renewTurn(w http.ResponseWriter, r *http.Request) {
 	}
 	exp, err := turn.Renew()
 	if err != nil {
-		s.removeTurn(turn.ID())
+		s.saveTurns(turn.ID(), "expire")
 		writeTurnGone(w, turn.ID(), err)
 		return
 	}
+	s.saveTurns(turn.ID(), "renew")
 	writeJSON(w, http.StatusOK, turnResponse{ID: turn.ID(), LeaseExpiresAt: exp})
 }
 
@@ -137,7 +147,7 @@ func (s *Server) lookupTurn(w http.ResponseWriter, r *http.Request) (*runtime.Tu
 		return nil, false
 	}
 	if err := turn.Err(); err != nil {
-		s.removeTurn(id)
+		s.saveTurns(id, "expire")
 		writeTurnGone(w, id, err)
 		return nil, false
 	}

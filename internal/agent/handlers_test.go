@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,7 +17,10 @@ import (
 	"lull.dev/lull/runtime"
 )
 
-const req1 = "update-0123456789abcdef"
+const (
+	req1    = "update-0123456789abcdef"
+	testPod = "pod-uid-1"
+)
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -27,9 +31,19 @@ func servingGate() *runtime.Gate {
 	return g
 }
 
+// openServer opens a Server for g over a new state file.
+func openServer(t *testing.T, g Gate) *Server {
+	t.Helper()
+	s, err := Open(g, filepath.Join(t.TempDir(), "agent-turns.json"), testPod, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func newTestServer(t *testing.T, g Gate) *httptest.Server {
 	t.Helper()
-	srv := httptest.NewServer(New(g, quiet))
+	srv := httptest.NewServer(openServer(t, g))
 	t.Cleanup(srv.Close)
 	return srv
 }
@@ -142,6 +156,9 @@ func TestLeasedTurns(t *testing.T) {
 			t.Fatalf("the expired lease did not release the drain: %+v", g.Snapshot())
 		}
 		time.Sleep(time.Millisecond)
+	}
+	if _, _, b := call(t, c, "GET", srv.URL+"/v1/drain", ""); !strings.Contains(string(b), `"expiredTurns":1`) || !strings.Contains(string(b), `"lapsedTurns":0`) {
+		t.Errorf("GET /v1/drain = %s, want the expired turn counted", b)
 	}
 	for _, tc := range []struct{ method, path string }{
 		{"POST", "/v1/turns/" + crashed.ID + "/renew"},

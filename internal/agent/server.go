@@ -4,13 +4,21 @@
 //
 //	POST   /v1/turns              begin a turn, body optional {"lease":"30s"}:
 //	                              201 {"id":"t-…","leaseExpiresAt":…};
-//	                              503 {"error":"draining",…} + Retry-After
+//	                              503 {"error":"draining",…} + Retry-After;
+//	                              500 {"error":"state_file",…}: not begun
 //	DELETE /v1/turns/{id}         end a turn: 204, 404 if unknown or expired
 //	POST   /v1/turns/{id}/renew   renew a turn's lease: 200 with the new expiry
-//	GET    /v1/drain              the drain state (runtime.Snapshot)
+//	                              (also for a lapsed turn in its grace)
+//	GET    /v1/drain              the drain state (runtime.Snapshot), with
+//	                              activeTurns, lapsedTurns and expiredTurns
 //	GET    /v1/drain/stream       the drain state as Server-Sent Events
 //	POST   /v1/activity           record activity that is not a turn: 204
 //	GET    /healthz               liveness: 200, records no activity
+//
+// The agent keeps its turns in a state file (see Open) as well as in
+// memory, so that when its container restarts while the runtime's goes on,
+// it starts again with the runtime's turns and does not report Drained
+// under them. Turn IDs survive the restart.
 //
 // The API has no authentication: whoever reaches it can hold a drain open.
 // That is why it listens only on loopback or a unix socket.
@@ -28,6 +36,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"lull.dev/lull/runtime"
 )
 
@@ -41,6 +51,7 @@ const shutdownTimeout = 5 * time.Second
 // and *runtime.Gate have it.
 type Gate interface {
 	BeginTurn(runtime.TurnOptions) (*runtime.Turn, error)
+	Restore([]runtime.TurnRecord) ([]*runtime.Turn, error)
 	Bump()
 	Snapshot() runtime.Snapshot
 	Subscribe() (snapshots <-chan runtime.Snapshot, cancel func())
@@ -48,22 +59,37 @@ type Gate interface {
 
 // Server serves the agent API over a Gate. It is an http.Handler.
 type Server struct {
-	gate    Gate
-	log     *slog.Logger
-	handler http.Handler
+	gate      Gate
+	log       *slog.Logger
+	handler   http.Handler
+	stateFile string
+	pod       types.UID
 
+	// mu guards turns and the writes of the state file.
 	mu    sync.Mutex
-	turns map[string]*runtime.Turn // by ID; holds only turns begun here
+	turns map[string]*runtime.Turn // by ID; holds only turns begun here or restored
 }
 
-// New returns a Server for g; log nil means slog.Default().
-func New(g Gate, log *slog.Logger) *Server {
+// Open returns a Server for g, the gate of the runtime of the pod with UID
+// pod, that keeps the turns begun through it in the state file at
+// stateFile (see DefaultStateFile). It first restores into g the turns the
+// file records, so it must be called before the runtime's first report
+// (before Run). It returns an error, and the agent must not start, when the
+// file exists but cannot be used or cannot be written; the error names the
+// file and the way out. log nil means slog.Default().
+func Open(g Gate, stateFile string, pod types.UID, log *slog.Logger) (*Server, error) {
+	if stateFile == "" {
+		return nil, errors.New("agent state file: the path is empty")
+	}
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{gate: g, log: log, turns: make(map[string]*runtime.Turn)}
+	s := &Server{gate: g, log: log, stateFile: stateFile, pod: pod, turns: make(map[string]*runtime.Turn)}
 	s.handler = s.routes()
-	return s
+	if err := s.restore(); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // ServeHTTP serves the agent API.
@@ -98,20 +124,36 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
+// Options configure `lull agent`.
+type Options struct {
+	// Listen is the API's address; see Listen.
+	Listen string
+	// StateFile is where the agent keeps its turns; see Open.
+	StateFile string
+	// Log receives the agent's logs; nil means slog.Default().
+	Log *slog.Logger
+}
+
 // Run is `lull agent`: it reads the runtime Config from the environment
-// (runtime.ConfigFromEnv), listens on listen (see Listen), and runs the
-// runtime and the API until ctx is done or either fails.
-func Run(ctx context.Context, listen string, log *slog.Logger) error {
+// (runtime.ConfigFromEnv), restores the turns of the state file (see Open),
+// listens on o.Listen, and runs the runtime and the API until ctx is done or
+// either fails.
+func Run(ctx context.Context, o Options) error {
 	cfg, err := runtime.ConfigFromEnv()
 	if err != nil {
 		return err
 	}
-	cfg.Logger = log
+	cfg.Logger = o.Log
 	rt, err := runtime.New(cfg)
 	if err != nil {
 		return err
 	}
-	ln, err := Listen(listen)
+	// Before rt.Run: its first report must count the restored turns.
+	srv, err := Open(rt, o.StateFile, cfg.PodUID, o.Log)
+	if err != nil {
+		return err
+	}
+	ln, err := Listen(o.Listen)
 	if err != nil {
 		return err
 	}
@@ -119,7 +161,7 @@ func Run(ctx context.Context, listen string, log *slog.Logger) error {
 	defer cancel()
 	ran := make(chan error, 1)
 	go func() { ran <- rt.Run(ctx) }()
-	err = New(rt, log).Serve(ctx, ln)
+	err = srv.Serve(ctx, ln)
 	cancel()
 	return errors.Join(err, <-ran)
 }
@@ -165,29 +207,4 @@ func listenUnix(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("socket permissions: %w", err)
 	}
 	return ln, nil
-}
-
-// addTurn records a turn begun through the API and forgets turns that have
-// ended or expired since.
-func (s *Server) addTurn(t *runtime.Turn) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for id, old := range s.turns {
-		if old.Err() != nil {
-			delete(s.turns, id)
-		}
-	}
-	s.turns[t.ID()] = t
-}
-
-func (s *Server) turn(id string) *runtime.Turn {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.turns[id]
-}
-
-func (s *Server) removeTurn(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.turns, id)
 }

@@ -19,7 +19,8 @@ func serve(t *testing.T, g Gate, ln net.Listener) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- New(g, quiet).Serve(ctx, ln) }()
+	srv := openServer(t, g)
+	go func() { done <- srv.Serve(ctx, ln) }()
 	return func() error {
 		cancel()
 		select {

@@ -16,7 +16,7 @@ func init() { subcommands = append(subcommands, newAgentCommand) }
 // newAgentCommand returns `lull agent`, the drain sidecar for runtimes in
 // any language.
 func newAgentCommand() *cobra.Command {
-	var listen string
+	var listen, stateFile string
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the drain sidecar that serves a session runtime's turn gate over local HTTP",
@@ -35,6 +35,14 @@ JSON API on loopback or a unix socket:
   POST   /v1/activity           record activity that is not a turn
   GET    /healthz               liveness (records no activity)
 
+The agent keeps the turns begun through it in a state file, written before
+each answer, so that when its container restarts while the runtime's goes
+on, it starts again with the runtime's turns instead of reporting Drained
+under them. Put the file on an emptyDir volume mounted into the agent's
+container (by default at /var/run/lull): an emptyDir outlives a container
+restart but not the pod. If the file exists but cannot be read, the agent
+does not start; the error says how to recover.
+
 It reads LULL_SESSION_NAME, LULL_SESSION_NAMESPACE, LULL_POD_NAME and
 LULL_POD_UID, which lull sets in a session pod, and reaches the API server
 through KUBECONFIG if set, else the pod's service account.`,
@@ -43,10 +51,16 @@ through KUBECONFIG if set, else the pod's service account.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			return agent.Run(ctx, listen, log)
+			return agent.Run(ctx, agent.Options{Listen: listen, StateFile: stateFile, Log: log})
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", agent.DefaultListen,
 		"address of the agent API: host:port on loopback, or unix:///path/agent.sock")
+	defaultStateFile := agent.DefaultStateFile
+	if v := os.Getenv(agent.EnvStateFile); v != "" {
+		defaultStateFile = v
+	}
+	cmd.Flags().StringVar(&stateFile, "state-file", defaultStateFile,
+		"file the agent keeps its turns in, on a volume that outlives the agent's container (an emptyDir); default from "+agent.EnvStateFile)
 	return cmd
 }
