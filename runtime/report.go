@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"log/slog"
 	"time"
 
@@ -42,6 +44,19 @@ type reporter struct {
 	drainingInterval time.Duration
 	servingInterval  time.Duration
 	retry            backoff
+	// reassert spaces rewrites of a report someone else overwrote, so a
+	// writer that keeps overwriting it does not drive a write loop.
+	reassert backoff
+
+	// stored receives what the Session watch sees in status.runtime while
+	// the session names this runtime's pod as its pod; latest wins.
+	stored chan storedReport
+}
+
+// storedReport is status.runtime in one version of the Session.
+type storedReport struct {
+	report          *lullv1.RuntimeReport
+	resourceVersion uint64 // 0 if not a number
 }
 
 func newReporter(api sessionAPI, gate *Gate, pod types.UID, log *slog.Logger) *reporter {
@@ -50,7 +65,25 @@ func newReporter(api sessionAPI, gate *Gate, pod types.UID, log *slog.Logger) *r
 		drainingInterval: drainingReportInterval,
 		servingInterval:  servingReportInterval,
 		retry:            backoff{initial: 100 * time.Millisecond, max: 10 * time.Second},
+		reassert:         backoff{initial: time.Second, max: 30 * time.Second},
+		stored:           make(chan storedReport, 1),
 	}
+}
+
+// observe hands the reporter status.runtime as the watch saw it, for a
+// session whose current pod is this runtime's. If it differs from what the
+// reporter last wrote (an admin, a stale writer or a bug overwrote it), the
+// reporter writes its report again: a report lost that way would otherwise
+// never be repeated, and a drain could wait forever for a Drained already
+// given. Versions older than the reporter's last write are ignored: a watch
+// delivers them after the write returned. It never blocks.
+func (r *reporter) observe(report *lullv1.RuntimeReport, resourceVersion string) {
+	rv, _ := strconv.ParseUint(resourceVersion, 10, 64)
+	select {
+	case <-r.stored:
+	default:
+	}
+	r.stored <- storedReport{report: report.DeepCopy(), resourceVersion: rv}
 }
 
 // run reports until ctx is done.
@@ -65,6 +98,7 @@ func (r *reporter) run(ctx context.Context) {
 		latest    Snapshot
 		written   *lullv1.RuntimeReport // last report known to be on the server; nil if unknown
 		writtenAt time.Time
+		writtenRV uint64 // the Session's resourceVersion after that write; 0 if not a number
 		notBefore time.Time // end of the retry backoff
 	)
 	for {
@@ -73,6 +107,20 @@ func (r *reporter) run(ctx context.Context) {
 			return
 		case latest = <-snapshots:
 		case <-timer.C:
+		case stored := <-r.stored:
+			switch {
+			case written == nil || stored.resourceVersion == 0 || writtenRV == 0 || stored.resourceVersion <= writtenRV:
+				// Nothing known on the server, a version that cannot be
+				// ordered, or one from before our last write.
+			case sameReport(stored.report, written):
+				r.reassert.reset()
+			default:
+				// Overwritten: write ours again, after a pause that grows
+				// while someone keeps overwriting it.
+				r.log.Info("status.runtime was overwritten; writing the report again", "found", describeReport(stored.report))
+				written = nil
+				notBefore = laterOf(notBefore, time.Now().Add(r.reassert.step()))
+			}
 		}
 		want := reportFor(r.pod, latest)
 		if sameReport(want, written) {
@@ -84,7 +132,8 @@ func (r *reporter) run(ctx context.Context) {
 			timer.Reset(at.Sub(now))
 			continue
 		}
-		if err := r.write(ctx, want); err != nil {
+		rv, err := r.write(ctx, want)
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -98,6 +147,7 @@ func (r *reporter) run(ctx context.Context) {
 		r.retry.reset()
 		notBefore = time.Time{}
 		written, writtenAt = want, time.Now()
+		writtenRV, _ = strconv.ParseUint(rv, 10, 64)
 		r.gate.Published(want.State)
 	}
 }
@@ -116,22 +166,24 @@ func (r *reporter) due(want, written *lullv1.RuntimeReport, writtenAt time.Time)
 	return writtenAt.Add(r.servingInterval)
 }
 
-// write patches status.runtime with report, stamped with the time.
-func (r *reporter) write(ctx context.Context, report *lullv1.RuntimeReport) error {
+// write patches status.runtime with report, stamped with the time, and
+// returns the Session's resourceVersion after the write.
+func (r *reporter) write(ctx context.Context, report *lullv1.RuntimeReport) (string, error) {
 	stamped := report.DeepCopy()
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
 	stamped.ReportedAt = &now
 	patch, err := drain.EncodeReport(stamped)
 	if err != nil {
-		return err
+		return "", err
 	}
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
-	if err := r.api.PatchStatus(ctx, patch); err != nil {
-		return err
+	rv, err := r.api.PatchStatus(ctx, patch)
+	if err != nil {
+		return "", err
 	}
 	r.log.Debug("reported", "state", report.State, "request", report.RequestID, "activeTurns", report.ActiveTurns)
-	return nil
+	return rv, nil
 }
 
 // reportFor returns the report of pod for snapshot s, without ReportedAt.
@@ -149,6 +201,13 @@ func reportFor(pod types.UID, s Snapshot) *lullv1.RuntimeReport {
 		r.LastActivity = &t
 	}
 	return r
+}
+
+func describeReport(r *lullv1.RuntimeReport) string {
+	if r == nil {
+		return "none"
+	}
+	return fmt.Sprintf("pod %s state %s request %q turns %d", r.PodUID, r.State, r.RequestID, r.ActiveTurns)
 }
 
 // sameReport reports whether a and b say the same, ReportedAt aside.

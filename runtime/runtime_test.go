@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/drain"
 )
 
 func TestRunDrainsAndReopens(t *testing.T) {
@@ -277,4 +278,44 @@ func TestObserve(t *testing.T) {
 			t.Errorf("%s: observe = %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
+}
+
+// A report someone else overwrote (an admin, a stale writer) is written
+// again, so a Drained answer lost that way does not leave the drain waiting
+// forever; versions from before the runtime's own write, which a watch
+// delivers after the write returned, are not mistaken for an overwrite.
+func TestRunReassertsAnOverwrittenReport(t *testing.T) {
+	f := newFakeSession()
+	rt := newTestRuntime(f)
+	rt.reporter.reassert = backoff{initial: 10 * time.Millisecond, max: 20 * time.Millisecond}
+	runRuntime(t, rt)
+	id := drain.RequestID(testPod, lullv1.DrainReasonUpdate, 1)
+	f.requestDrain(id, testPod)
+	waitReport(t, f, "Drained", isState(lullv1.RuntimeDrained, id))
+	writes := f.reportCount()
+
+	// A stale version, older than the write: not an overwrite.
+	f.mu.Lock()
+	stale := f.session.DeepCopy()
+	stale.ResourceVersion = "1"
+	stale.Status.Runtime = &lullv1.RuntimeReport{PodUID: testPod, State: lullv1.RuntimeServing}
+	for _, w := range f.watchers {
+		w.Modify(stale)
+	}
+	f.mu.Unlock()
+	time.Sleep(100 * time.Millisecond)
+	if got := f.reportCount(); got != writes {
+		t.Fatalf("a version older than the runtime's write caused %d more writes", got-writes)
+	}
+
+	// An overwrite: a forged Draining report in a newer version.
+	f.update(func(s *lullv1.SessionStatus) {
+		s.Runtime = &lullv1.RuntimeReport{PodUID: testPod, RequestID: id, State: lullv1.RuntimeDraining, ActiveTurns: 3}
+	})
+	waitFor(t, "the Drained report is written again", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		r := f.session.Status.Runtime
+		return r != nil && r.State == lullv1.RuntimeDrained && r.RequestID == id
+	})
 }

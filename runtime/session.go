@@ -28,8 +28,9 @@ type sessionAPI interface {
 	Get(ctx context.Context) (*lullv1.Session, error)
 	// Watch watches the Session from resourceVersion.
 	Watch(ctx context.Context, resourceVersion string) (watch.Interface, error)
-	// PatchStatus sends a JSON merge patch to sessions/status.
-	PatchStatus(ctx context.Context, patch []byte) error
+	// PatchStatus sends a JSON merge patch to sessions/status and returns
+	// the Session's resourceVersion after it.
+	PatchStatus(ctx context.Context, patch []byte) (string, error)
 }
 
 // kubeSession is the sessionAPI of one Session on an API server.
@@ -80,7 +81,10 @@ func (k *kubeSession) Watch(ctx context.Context, resourceVersion string) (watch.
 	)
 }
 
-func (k *kubeSession) PatchStatus(ctx context.Context, patch []byte) error {
+func (k *kubeSession) PatchStatus(ctx context.Context, patch []byte) (string, error) {
 	s := &lullv1.Session{ObjectMeta: metav1.ObjectMeta{Name: k.key.Name, Namespace: k.key.Namespace}}
-	return k.c.Status().Patch(ctx, s, client.RawPatch(types.MergePatchType, patch))
+	if err := k.c.Status().Patch(ctx, s, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return "", err
+	}
+	return s.ResourceVersion, nil
 }

@@ -74,10 +74,10 @@ func (f *fakeSession) Watch(_ context.Context, rv string) (watch.Interface, erro
 	return w, nil
 }
 
-func (f *fakeSession) PatchStatus(_ context.Context, patch []byte) error {
+func (f *fakeSession) PatchStatus(_ context.Context, patch []byte) (string, error) {
 	r, err := drain.DecodeReport(patch)
 	if err != nil {
-		return err
+		return "", err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -86,11 +86,11 @@ func (f *fakeSession) PatchStatus(_ context.Context, patch []byte) error {
 			if landed {
 				f.land(r)
 			}
-			return err
+			return "", err
 		}
 	}
 	f.land(r)
-	return nil
+	return strconv.Itoa(f.rv), nil
 }
 
 func (f *fakeSession) land(r *lullv1.RuntimeReport) {

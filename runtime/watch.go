@@ -53,8 +53,12 @@ func observe(s *lullv1.Session, pod types.UID) observation {
 	return observation{keep: s.Status.PodUID != pod}
 }
 
-// apply hands the drain request in s to the gate.
+// apply hands the drain request in s to the gate, and the stored report to
+// the reporter while the session names this pod as its pod.
 func (r *Runtime) apply(s *lullv1.Session) {
+	if s.Status.PodUID == r.cfg.PodUID {
+		r.reporter.observe(s.Status.Runtime, s.ResourceVersion)
+	}
 	o := observe(s, r.cfg.PodUID)
 	if o.ignored != "" {
 		r.log.Error("ignoring drain request with a malformed ID", "err", o.ignored)
