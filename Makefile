@@ -6,7 +6,7 @@ GO        ?= go
 LULL      := bin/lull
 TOOLS     := hack/build-tools.sh
 
-.PHONY: all build tools generate verify-generated test test-unit test-integration test-e2e demo dev bench fuzz
+.PHONY: all build tools generate verify-generated test test-unit test-integration test-e2e demo dev bench fuzz chaos
 
 all: build
 
@@ -41,12 +41,18 @@ CLUSTER_PKGS := ./internal/devcluster/ ./test/integration/ ./test/e2e/
 test: tools verify-generated
 	$(GO) vet ./...
 	$(MAKE) test-unit
-	$(GO) test -p 1 -count=1 -timeout 40m $(CLUSTER_PKGS)
+	$(GO) test -p 1 -count=1 -timeout 60m $(CLUSTER_PKGS)
 
 # Unit tests only, the SDK's gate and the agent under the race detector; no
 # control plane needed.
 test-unit:
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /test/ -e /internal/devcluster)
+
+# The fault scenarios alone (they also run in `make test`): 10 rollouts over
+# 200 busy sessions with the controller killed every 15 s and an API server
+# restart, leader failover, report storms. See docs/faults.md.
+chaos: tools
+	$(GO) test -p 1 -count=1 -timeout 60m -v -run 'TestChaosRollouts|TestLeaderFailover|TestReportStorm|TestTemplateFlips' ./test/e2e/
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeReport -fuzztime 30s ./drain/

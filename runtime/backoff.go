@@ -7,7 +7,9 @@ import (
 )
 
 // backoff is an exponential backoff with jitter for retrying API calls: the
-// n-th consecutive failure waits about min(initial·2ⁿ, max), ±20%.
+// n-th consecutive failure waits min(initial·2ⁿ, max), ±50%. The wide
+// jitter matters when many runtimes fail together (the API server
+// restarted): their retries spread out instead of arriving as one burst.
 type backoff struct {
 	initial, max time.Duration
 	next         time.Duration
@@ -20,9 +22,14 @@ func (b *backoff) step() time.Duration {
 	}
 	d := b.next
 	b.next = min(2*b.next, b.max)
-	jitter := time.Duration((rand.Float64()*0.4 - 0.2) * float64(d))
+	jitter := time.Duration((rand.Float64() - 0.5) * float64(d))
 	return d + jitter
 }
+
+// spread returns a random duration in [0, d): the pause before a step every
+// runtime of a fleet may take at the same moment (a watch the API server
+// closed for all of them when it stopped).
+func spread(d time.Duration) time.Duration { return rand.N(d) }
 
 // reset starts the next failure from initial again.
 func (b *backoff) reset() { b.next = 0 }

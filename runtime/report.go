@@ -3,8 +3,8 @@ package runtime
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"log/slog"
+	"strconv"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -98,7 +98,7 @@ func (r *reporter) run(ctx context.Context) {
 		latest    Snapshot
 		written   *lullv1.RuntimeReport // last report known to be on the server; nil if unknown
 		writtenAt time.Time
-		writtenRV uint64 // the Session's resourceVersion after that write; 0 if not a number
+		writtenRV uint64    // the Session's resourceVersion after that write; 0 if not a number
 		notBefore time.Time // end of the retry backoff
 	)
 	for {

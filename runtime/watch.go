@@ -118,7 +118,13 @@ func (r *Runtime) watch(ctx context.Context, s *lullv1.Session) {
 			return
 		}
 		if err == nil && time.Since(started) >= minWatchLife {
+			// A watch the server ended. When it ends for every runtime at
+			// once (an API server restart), reading again at once would be
+			// a synchronized burst: spread the reads over a second.
 			b.reset()
+			if !sleep(ctx, spread(time.Second)) {
+				return
+			}
 			continue
 		}
 		if err == nil {

@@ -2,16 +2,21 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/drain"
 	"lull.dev/lull/internal/localenv"
 	"lull.dev/lull/internal/scenario"
 )
@@ -20,9 +25,13 @@ import (
 // sessions: every flip withdraws outstanding requests and issues new ones for
 // a revision an earlier request already named. No Drained report of an
 // earlier request may answer a later one, so no turn is interrupted, and the
-// auditor sees no request ID issued twice.
+// auditor sees no request ID issued twice. Meanwhile a second writer
+// annotates every session every 200 ms, so the controller's status writes
+// keep meeting conflicts; none of its bookkeeping may be lost to them.
 func TestTemplateFlipsOverBusySessions(t *testing.T) {
 	ns, names, before := setup(t, 6, "--turn-min=500ms", "--turn-max=2s", "--think-max=300ms")
+	stop := secondWriter(t, ns, names)
+	defer stop()
 	for i := range 12 {
 		rollout(t, ns, []string{"example.com/lull/turnrunner:v2", "example.com/lull/turnrunner:v1"}[i%2])
 		time.Sleep(1200 * time.Millisecond)
@@ -31,6 +40,7 @@ func TestTemplateFlipsOverBusySessions(t *testing.T) {
 	if _, err := scenario.WaitFor(context.Background(), c, ns, names, 200*time.Millisecond, 2*time.Minute, nil, scenario.MovedFrom(before)); err != nil {
 		t.Fatal(err)
 	}
+	stop()
 	rep, err := auditor.Check(env.Runner.JournalDir(), ns)
 	if err != nil {
 		t.Fatal(err)
@@ -38,6 +48,30 @@ func TestTemplateFlipsOverBusySessions(t *testing.T) {
 	if len(rep.Interrupted) != 0 || rep.Completed == 0 {
 		t.Errorf("turns: %d completed, %d interrupted; want some completed and none interrupted", rep.Completed, len(rep.Interrupted))
 	}
+}
+
+// secondWriter annotates every session every 200 ms until stop is called,
+// as another controller or a user's tooling might: every write changes the
+// session's resourceVersion, so the controller's status patches, made with
+// the version it observed, meet conflicts and must be retried whole.
+func secondWriter(t *testing.T, ns string, names []string) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ctx.Err() == nil; i++ {
+			for _, name := range names {
+				patch := fmt.Sprintf(`{"metadata":{"annotations":{"example.com/touched":"%d"}}}`, i)
+				_ = c.Patch(ctx, &lullv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, client.RawPatch(types.MergePatchType, []byte(patch)))
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); <-done }) }
 }
 
 // leaderArgs shorten leader election so a failover takes seconds, not the
@@ -213,4 +247,125 @@ func watchRequests(t *testing.T, ns string, names []string) *requestLog {
 		}
 	}()
 	return l
+}
+
+// An admin (or anything with write access to sessions/status) floods the
+// sessions of a rollout with late, foreign, forged and malformed runtime
+// reports. None may cause a delete the protocol does not allow; once the
+// flood stops, the runtimes write their real reports again and the rollout
+// finishes.
+func TestReportStorm(t *testing.T) {
+	const total = 10000
+	ns, names, before := setup(t, 10, "--turn-min=1s", "--turn-max=4s", "--think-max=500ms")
+	ctx := context.Background()
+	rollout(t, ns, "example.com/lull/turnrunner:v2")
+
+	var (
+		mu       sync.Mutex
+		sessions = map[string]lullv1.Session{}
+	)
+	refresh := func() {
+		var list lullv1.SessionList
+		if err := c.List(ctx, &list, client.InNamespace(ns)); err == nil {
+			mu.Lock()
+			for _, s := range list.Items {
+				sessions[s.Name] = s
+			}
+			mu.Unlock()
+		}
+	}
+	refresh()
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+				refresh()
+			}
+		}
+	}()
+
+	var accepted, refused atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for i := w; i < total; i += 8 {
+				name := names[rng.IntN(len(names))]
+				mu.Lock()
+				s := sessions[name]
+				mu.Unlock()
+				body := stormReport(rng, i%4, &s)
+				err := c.Status().Patch(ctx, &lullv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, client.RawPatch(types.MergePatchType, body))
+				if err != nil {
+					refused.Add(1)
+				} else {
+					accepted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	t.Logf("storm: %d reports written, %d refused by the API server", accepted.Load(), refused.Load())
+	if accepted.Load() < total/2 {
+		t.Fatalf("only %d of %d storm reports were written: the storm did not happen", accepted.Load(), total)
+	}
+	if _, err := scenario.WaitFor(ctx, c, ns, names, 200*time.Millisecond, 3*time.Minute, nil, scenario.MovedFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := auditor.Check(env.Runner.JournalDir(), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Interrupted) != 0 {
+		t.Errorf("%d turns interrupted", len(rep.Interrupted))
+	}
+}
+
+// stormReport returns a status patch that no protocol rule lets answer the
+// session's drain request: kind 0 late (an earlier request of this pod),
+// 1 foreign (the request, another pod), 2 forged (this pod, a request never
+// issued), 3 malformed (Drained with turns, no pod UID, or an unknown state,
+// which the API server refuses).
+func stormReport(rng *rand.Rand, kind int, s *lullv1.Session) []byte {
+	pod := s.Status.PodUID
+	seq := s.Status.DrainSequence
+	current := ""
+	if s.Status.Drain != nil {
+		current = s.Status.Drain.RequestID
+	}
+	var r map[string]any
+	if kind == 0 && seq < 2 {
+		kind = 2 // no earlier request to be late for
+	}
+	switch kind {
+	case 0:
+		// An ID of a request issued before the current one (sequence
+		// 1 … seq-1). Never one at or after the observed sequence: the
+		// snapshot may lag, and a report for a request about to be issued
+		// is not late but a forgery of its answer, which only someone who
+		// can write any status (an admin) can make.
+		r = map[string]any{"podUID": pod, "requestID": drain.RequestID(pod, lullv1.DrainReasonUpdate, 1+rng.Int64N(seq-1)), "state": "Drained", "activeTurns": 0}
+	case 1:
+		r = map[string]any{"podUID": fmt.Sprintf("foreign-%d", rng.IntN(1000)), "requestID": current, "state": "Drained", "activeTurns": 0}
+	case 2:
+		r = map[string]any{"podUID": pod, "requestID": drain.RequestID(pod, lullv1.DrainReasonUpdate, 1_000_000+rng.Int64N(1_000_000)), "state": "Drained", "activeTurns": 0}
+	default:
+		switch rng.IntN(3) {
+		case 0:
+			r = map[string]any{"podUID": pod, "requestID": current, "state": "Drained", "activeTurns": 1 + rng.IntN(5)}
+		case 1:
+			r = map[string]any{"podUID": "", "requestID": current, "state": "Drained", "activeTurns": 0}
+		default:
+			r = map[string]any{"podUID": pod, "requestID": current, "state": "Finished", "activeTurns": 0}
+		}
+	}
+	b, err := json.Marshal(map[string]any{"status": map[string]any{"runtime": r}})
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

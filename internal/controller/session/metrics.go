@@ -13,6 +13,12 @@ var (
 		Help: "Session status patches the controller sent, by the rollout reason that caused them.",
 	}, []string{"reason"})
 
+	// expiredTurns counts the turn leases runtimes reported expired.
+	expiredTurns = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lull_runtime_expired_turns_total",
+		Help: "Turns whose lease expired before they ended, as runtimes reported them (status.runtime.expiredTurns increases seen by the controller). An expiry is not a finished turn: its client may have missed a renewal.",
+	})
+
 	// actions counts rollout steps carried out, by kind and reason.
 	actions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lull_session_rollout_actions_total",
@@ -21,5 +27,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(statusWrites, actions)
+	metrics.Registry.MustRegister(statusWrites, actions, expiredTurns)
 }

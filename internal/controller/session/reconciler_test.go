@@ -388,3 +388,41 @@ func TestNextRetry(t *testing.T) {
 		}
 	}
 }
+
+func TestExpiredDelta(t *testing.T) {
+	r := func(pod types.UID, n int64) *lullv1.RuntimeReport { return &lullv1.RuntimeReport{PodUID: pod, ExpiredTurns: n} }
+	for _, tc := range []struct {
+		a, b *lullv1.RuntimeReport
+		want int64
+	}{
+		{r("p", 1), r("p", 3), 2}, {r("p", 3), r("p", 3), 0}, {r("p", 3), r("q", 5), 0}, {nil, r("p", 2), 0}, {r("p", 4), r("p", 1), 0},
+	} {
+		if got := expiredDelta(tc.a, tc.b); got != tc.want {
+			t.Errorf("expiredDelta(%+v, %+v) = %d, want %d", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+// An owned object whose lull labels were removed drops out of lull's
+// label-filtered cache; the controller takes it back (labels and rendered
+// spec) instead of leaving it behind while the session says UpToDate.
+func TestOwnedObjectThatLostItsLabelsIsTakenBack(t *testing.T) {
+	w := newWorld(t, interceptor.Funcs{}, nil)
+	sts := &appsv1.StatefulSet{}
+	if err := w.c.Get(context.Background(), w.key, sts); err != nil {
+		t.Fatal(err)
+	}
+	sts.Labels = map[string]string{"team": "payments"}
+	if err := w.c.Update(context.Background(), sts); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.c.Get(context.Background(), w.key, sts); err != nil {
+		t.Fatal(err)
+	}
+	if sts.Labels[lullv1.LabelSession] != "alice" || sts.Labels["team"] != "payments" {
+		t.Errorf("labels = %v, want lull's back and the user's kept", sts.Labels)
+	}
+}

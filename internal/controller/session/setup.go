@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -44,7 +45,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("session").
-		For(&lullv1.Session{}).
+		For(&lullv1.Session{}, builder.WithPredicates(countExpiredTurns)).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.ServiceAccount{}).
@@ -79,4 +80,28 @@ func (r *Reconciler) templateToSessions(ctx context.Context, o client.Object) []
 		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}})
 	}
 	return reqs
+}
+
+// countExpiredTurns passes every event and counts, in
+// lull_runtime_expired_turns_total, each increase of a runtime's
+// status.runtime.expiredTurns between two versions of a session reported by
+// the same pod. A new pod's count starts from its first report.
+var countExpiredTurns = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	old, okOld := e.ObjectOld.(*lullv1.Session)
+	cur, okNew := e.ObjectNew.(*lullv1.Session)
+	if okOld && okNew {
+		if d := expiredDelta(old.Status.Runtime, cur.Status.Runtime); d > 0 {
+			expiredTurns.Add(float64(d))
+		}
+	}
+	return true
+}}
+
+// expiredDelta is how many more expired turns report b gives than a, for
+// two reports of the same pod; 0 otherwise.
+func expiredDelta(a, b *lullv1.RuntimeReport) int64 {
+	if a == nil || b == nil || a.PodUID != b.PodUID || b.ExpiredTurns <= a.ExpiredTurns {
+		return 0
+	}
+	return b.ExpiredTurns - a.ExpiredTurns
 }
