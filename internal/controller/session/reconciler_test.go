@@ -390,7 +390,9 @@ func TestNextRetry(t *testing.T) {
 }
 
 func TestExpiredDelta(t *testing.T) {
-	r := func(pod types.UID, n int64) *lullv1.RuntimeReport { return &lullv1.RuntimeReport{PodUID: pod, ExpiredTurns: n} }
+	r := func(pod types.UID, n int64) *lullv1.RuntimeReport {
+		return &lullv1.RuntimeReport{PodUID: pod, ExpiredTurns: n}
+	}
 	for _, tc := range []struct {
 		a, b *lullv1.RuntimeReport
 		want int64
