@@ -19,6 +19,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"sort"
 	"strconv"
 	"sync"
@@ -67,6 +68,12 @@ type Deletion struct {
 	RequestID string
 	// Detail says what the auditor saw of the pod's runtime.
 	Detail string
+	// Unobserved: the auditor's watch was down when the pod went (an API
+	// server restart) and it learned of the deletion from a relist. When
+	// the deletion happened is then unknown, so every report seen before
+	// the relist counts as before it; the journal's turn check, which does
+	// not depend on the watch, still judges the pod.
+	Unobserved bool
 
 	rv  uint64      // resourceVersion of the first write that showed the deletion
 	pod *corev1.Pod // the pod as last seen before the deletion
@@ -185,18 +192,19 @@ func (a *Auditor) observeSession(s *lullv1.Session, now time.Time) {
 }
 
 func (a *Auditor) pod(o any, gone bool) {
+	unobserved := false
 	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
-		o, gone = t.Obj, true
+		o, gone, unobserved = t.Obj, true, true
 	}
 	if pod, ok := o.(*corev1.Pod); ok {
-		a.observePod(pod, gone, time.Now())
+		a.observePod(pod, gone, unobserved, time.Now())
 	}
 }
 
 // observePod records a session pod, and its deletion the first time a
 // deletion shows: a delete, or a scale to zero, which the StatefulSet
 // controller carries out as a delete.
-func (a *Auditor) observePod(pod *corev1.Pod, gone bool, now time.Time) {
+func (a *Auditor) observePod(pod *corev1.Pod, gone, unobserved bool, now time.Time) {
 	name := pod.Labels[lullv1.LabelSession]
 	if name == "" {
 		return
@@ -216,7 +224,12 @@ func (a *Auditor) observePod(pod *corev1.Pod, gone bool, now time.Time) {
 	if judged == nil {
 		judged = pod.DeepCopy()
 	}
-	a.deletions[pod.UID] = &Deletion{Namespace: pod.Namespace, Session: name, Pod: pod.Name, PodUID: pod.UID, At: now, rv: rv(pod), pod: judged}
+	d := &Deletion{Namespace: pod.Namespace, Session: name, Pod: pod.Name, PodUID: pod.UID, At: now, rv: rv(pod), pod: judged}
+	if unobserved {
+		// pod is its last version seen before the gap, not the deletion.
+		d.rv, d.Unobserved = math.MaxUint64, true
+	}
+	a.deletions[pod.UID] = d
 }
 
 // rv returns an object's resourceVersion as a number. The API server's etcd
@@ -272,7 +285,10 @@ type Report struct {
 	// ended: per pod, the highest status.runtime.expiredTurns reported,
 	// summed. Not a violation by itself.
 	ExpiredTurns int64
-	Violations   []string
+	// Unobserved counts deletions learned from a relist (see
+	// Deletion.Unobserved).
+	Unobserved int
+	Violations []string
 }
 
 // Check reads the journals in journalDir and judges every deletion seen in
@@ -321,6 +337,9 @@ func (a *Auditor) Check(journalDir, ns string) (Report, error) {
 		}
 		r.Deletions = append(r.Deletions, d)
 		deleted[d.PodUID] = d
+		if d.Unobserved {
+			r.Unobserved++
+		}
 		if v := DeletionViolation(d); v != "" {
 			r.Violations = append(r.Violations, v)
 		}

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -199,4 +200,34 @@ func wantViolations(t *testing.T, got, want []string) {
 			t.Errorf("violation %d = %q, want it to say %q", i, got[i], w)
 		}
 	}
+}
+
+// A deletion the auditor learned of only from a relist (its watch was down:
+// an API server restart) has no resourceVersion of its own: a Drained report
+// seen after the pod's last known version, before the relist, counts, and
+// the deletion is counted as unobserved. Without a report it is still a
+// violation.
+func TestUnobservedDeletion(t *testing.T) {
+	a := newAuditor()
+	for i, name := range []string{"s1", "s2"} {
+		pod := types.UID(fmt.Sprintf("p%d", i+1))
+		p := runningPod(pod)
+		p.Namespace, p.Name, p.Labels[lullv1.LabelSession], p.ResourceVersion = "ns", name+"-0", name, "5"
+		a.pod(p, false)
+		r := report(pod, "", lullv1.RuntimeServing, 1)
+		if name == "s1" {
+			r = report(pod, "update-a", lullv1.RuntimeDrained, 0)
+		}
+		a.session(&lullv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, ResourceVersion: "9"},
+			Status: lullv1.SessionStatus{Drain: request(pod, "update-a", 1), Runtime: r}})
+		a.pod(cache.DeletedFinalStateUnknown{Key: "ns/" + name + "-0", Obj: p}, false)
+	}
+	rep, err := a.Check(t.TempDir(), "ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Unobserved != 2 {
+		t.Errorf("Unobserved = %d, want 2", rep.Unobserved)
+	}
+	wantViolations(t, rep.Violations, []string{"pod ns/s2-0 (p2) was deleted"})
 }
