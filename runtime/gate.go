@@ -28,10 +28,15 @@ type DrainingError struct {
 	Reason    lullv1.DrainReason
 	// Starting is true when the gate has never published Serving.
 	Starting bool
+	// Replacing is true when the session has committed to replacing this
+	// runtime's pod (status.replacement names it).
+	Replacing bool
 }
 
 func (e *DrainingError) Error() string {
 	switch {
+	case e.Replacing:
+		return "session is moving to a new pod: retry after reconnect"
 	case e.RequestID != "":
 		return fmt.Sprintf("session is draining %s (request %s): retry after reconnect", reasonPhrase(e.Reason), e.RequestID)
 	case e.Starting:
@@ -85,6 +90,10 @@ type Snapshot struct {
 	// ExpiredTurns counts the turns whose lease expired before they ended,
 	// since the gate was made. It never decreases.
 	ExpiredTurns int64 `json:"expiredTurns"`
+	// Replacing is true while the session has committed to replacing this
+	// runtime's pod: no turn is accepted, and the runtime's clients should
+	// reconnect (to the pod that replaces it).
+	Replacing bool `json:"replacing,omitempty"`
 	// Seq increases with every change of the gate.
 	Seq uint64 `json:"seq"`
 }
@@ -118,6 +127,7 @@ type Gate struct {
 	requestID    string
 	reason       lullv1.DrainReason
 	sealed       bool // refuses turns until Published(Serving)
+	held         bool // the pod is committed for replacement: refuses turns, whatever is published
 	everServed   bool // Serving has been published at least once
 	published    bool // a report has been published
 	active       map[*Turn]struct{}
@@ -149,7 +159,7 @@ func (g *Gate) BeginTurn(opts TurnOptions) (*Turn, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.accepting() {
-		return nil, &DrainingError{State: g.state, RequestID: g.requestID, Reason: g.reason, Starting: !g.everServed}
+		return nil, &DrainingError{State: g.state, RequestID: g.requestID, Reason: g.reason, Starting: !g.everServed, Replacing: g.held}
 	}
 	now := time.Now()
 	t := &Turn{gate: g, id: newTurnID(), lease: opts.Lease, begun: now}
@@ -195,6 +205,34 @@ func (g *Gate) SetRequest(id string, reason lullv1.DrainReason) {
 	g.changed()
 }
 
+// SetHeld tells the gate whether the session has committed to replacing its
+// pod (status.replacement names the pod). While held, the gate refuses
+// turns and does not reopen, whatever is published: the controller may be
+// deleting the pod. A hold lifted (a failure commitment that lapsed because
+// the pod recovered) leaves the gate sealed until Serving is published
+// again.
+func (g *Gate) SetHeld(held bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if held == g.held {
+		return
+	}
+	g.held = held
+	g.sealed = true
+	g.changed()
+}
+
+// Opening reports whether a Serving report written now would open the gate:
+// the gate is sealed in state Serving and not held. Such a write is made
+// with a precondition on the Session version the runtime last saw, so it
+// cannot land after a change the runtime has not seen (a replacement
+// committed, a new drain request).
+func (g *Gate) Opening() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.state == lullv1.RuntimeServing && g.sealed && !g.held
+}
+
 // Published tells the gate that a report of state s has been written to
 // status.runtime, and that no other write is in flight. Published(Serving)
 // while the gate's state is Serving reopens the gate.
@@ -202,7 +240,7 @@ func (g *Gate) Published(s lullv1.RuntimeState) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.published = true
-	if s != lullv1.RuntimeServing || g.state != lullv1.RuntimeServing || !g.sealed {
+	if s != lullv1.RuntimeServing || g.state != lullv1.RuntimeServing || !g.sealed || g.held {
 		return
 	}
 	g.sealed, g.everServed = false, true
@@ -239,7 +277,7 @@ func (g *Gate) Subscribe() (snapshots <-chan Snapshot, cancel func()) {
 
 // accepting reports whether a turn may begin. g.mu is held.
 func (g *Gate) accepting() bool {
-	return g.state == lullv1.RuntimeServing && !g.sealed
+	return g.state == lullv1.RuntimeServing && !g.sealed && !g.held
 }
 
 // settle moves Draining to Drained once no turn is active. g.mu is held.
@@ -296,6 +334,7 @@ func (g *Gate) snapshot() Snapshot {
 		RequestID:    g.requestID,
 		Reason:       g.reason,
 		Accepting:    g.accepting(),
+		Replacing:    g.held,
 		ActiveTurns:  len(g.active),
 		LapsedTurns:  lapsed,
 		LastActivity: g.lastActivity,

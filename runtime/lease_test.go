@@ -16,23 +16,19 @@ func TestLeaseFate(t *testing.T) {
 		name       string
 		graceUntil time.Time
 		now        time.Time
-		draining   bool
 		want       leaseState
 		wantGrace  time.Time
 	}{
-		{"before the deadline", time.Time{}, deadline.Add(-time.Nanosecond), true, leaseLive, time.Time{}},
-		{"at the deadline, serving", time.Time{}, deadline, false, leaseExpired, time.Time{}},
-		{"past the deadline, serving", time.Time{}, deadline.Add(time.Second), false, leaseExpired, time.Time{}},
-		{"at the deadline, draining", time.Time{}, deadline, true, leaseLapsed, deadline.Add(lease)},
-		{"late timer, draining: grace counts from the deadline", time.Time{}, deadline.Add(lease - time.Nanosecond), true, leaseLapsed, deadline.Add(lease)},
-		{"draining, past deadline and grace", time.Time{}, deadline.Add(lease), true, leaseExpired, time.Time{}},
-		{"in a grace given earlier", deadline.Add(lease), deadline.Add(time.Second), true, leaseLapsed, deadline.Add(lease)},
-		{"in a grace, drain withdrawn: the grace runs on", deadline.Add(lease), deadline.Add(time.Second), false, leaseLapsed, deadline.Add(lease)},
-		{"a grace given on restore, ahead of the deadline's", t0.Add(time.Hour), t0.Add(time.Hour - time.Second), false, leaseLapsed, t0.Add(time.Hour)},
-		{"at the end of the grace", deadline.Add(lease), deadline.Add(lease), true, leaseExpired, time.Time{}},
-		{"renewed: deadline ahead, grace cleared", time.Time{}, t0, true, leaseLive, time.Time{}},
+		{"before the deadline", time.Time{}, deadline.Add(-time.Nanosecond), leaseLive, time.Time{}},
+		{"at the deadline", time.Time{}, deadline, leaseLapsed, deadline.Add(lease)},
+		{"late timer: grace counts from the deadline", time.Time{}, deadline.Add(lease - time.Nanosecond), leaseLapsed, deadline.Add(lease)},
+		{"past deadline and grace", time.Time{}, deadline.Add(lease), leaseExpired, time.Time{}},
+		{"in a grace given earlier", deadline.Add(lease), deadline.Add(time.Second), leaseLapsed, deadline.Add(lease)},
+		{"a grace given on restore, ahead of the deadline's", t0.Add(time.Hour), t0.Add(time.Hour - time.Second), leaseLapsed, t0.Add(time.Hour)},
+		{"at the end of the grace", deadline.Add(lease), deadline.Add(lease), leaseExpired, time.Time{}},
+		{"renewed: deadline ahead, grace cleared", time.Time{}, t0, leaseLive, time.Time{}},
 	} {
-		got, grace := leaseFate(deadline, tc.graceUntil, tc.now, tc.draining, lease)
+		got, grace := leaseFate(deadline, tc.graceUntil, tc.now, lease)
 		if got != tc.want || !grace.Equal(tc.wantGrace) {
 			t.Errorf("%s: leaseFate = %d, %v; want %d, %v", tc.name, got, grace, tc.want, tc.wantGrace)
 		}
@@ -122,7 +118,10 @@ func TestLapsedLeaseHoldsTheDrainForItsGrace(t *testing.T) {
 	}
 }
 
-func TestExpiryOutsideADrainEndsTheTurnAtOnce(t *testing.T) {
+// Outside a drain a lapsed lease gets the same grace as during one: a drain
+// request that arrives inside the grace finds the turn active, and the
+// turn ends, counted as expired, only once the grace has passed too.
+func TestExpiryOutsideADrainWaitsOutTheGraceToo(t *testing.T) {
 	g := openGate(t)
 	turn, err := g.BeginTurn(TurnOptions{Lease: time.Hour})
 	if err != nil {
@@ -130,15 +129,20 @@ func TestExpiryOutsideADrainEndsTheTurnAtOnce(t *testing.T) {
 	}
 	lapse(g, turn)
 	turn.checkLease()
-	if s := g.Snapshot(); s.ActiveTurns != 0 || s.LapsedTurns != 0 || s.ExpiredTurns != 1 {
-		t.Fatalf("expired while serving: %+v, want 0 active, 0 lapsed, 1 expired", s)
+	if s := g.Snapshot(); s.ActiveTurns != 1 || s.LapsedTurns != 1 || s.ExpiredTurns != 0 {
+		t.Fatalf("lapsed while serving: %+v, want 1 active (lapsed), 0 expired", s)
 	}
+	// The grace runs out.
+	g.mu.Lock()
+	turn.graceUntil = time.Now().Add(-time.Millisecond)
+	g.mu.Unlock()
+	turn.checkLease()
 	if _, err := turn.Renew(); !errors.Is(err, ErrLeaseExpired) {
-		t.Errorf("Renew of a turn expired while serving = %v, want ErrLeaseExpired", err)
+		t.Errorf("Renew after the grace = %v, want ErrLeaseExpired", err)
 	}
 	g.SetRequest(req1, lullv1.DrainReasonUpdate)
 	if s := g.Snapshot(); s.State != lullv1.RuntimeDrained || s.ExpiredTurns != 1 {
-		t.Errorf("request after the expiry: %+v, want Drained, 1 expired", s)
+		t.Errorf("request after the grace: %+v, want Drained, 1 expired", s)
 	}
 }
 
@@ -149,7 +153,8 @@ func TestExpiredTurnsAreReportedAtOnce(t *testing.T) {
 	if _, err := rt.BeginTurn(TurnOptions{Lease: 10 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	// Outside a drain a changed turn count waits a minute; an expiry does not.
+	// Outside a drain a changed turn count waits a minute; an expiry (after
+	// the lease and its grace of one more lease) does not.
 	r := waitReport(t, f, "a report of the expiry", func(r *lullv1.RuntimeReport) bool { return r.ExpiredTurns == 1 })
 	if r.State != lullv1.RuntimeServing || r.ActiveTurns != 0 {
 		t.Errorf("report %+v, want Serving with 0 active turns", r)

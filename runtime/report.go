@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,6 +52,22 @@ type reporter struct {
 	// stored receives what the Session watch sees in status.runtime while
 	// the session names this runtime's pod as its pod; latest wins.
 	stored chan storedReport
+
+	mu       sync.Mutex
+	latestRV string // the Session version the runtime last applied
+}
+
+// seen records the Session version the runtime has just applied.
+func (r *reporter) seen(resourceVersion string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.latestRV = resourceVersion
+}
+
+func (r *reporter) lastSeen() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.latestRV
 }
 
 // storedReport is status.runtime in one version of the Session.
@@ -168,6 +185,15 @@ func (r *reporter) due(want, written *lullv1.RuntimeReport, writtenAt time.Time)
 
 // write patches status.runtime with report, stamped with the time, and
 // returns the Session's resourceVersion after the write.
+//
+// A Serving report that would open the gate is written with the Session
+// version the runtime last applied as a precondition: it fails with a
+// Conflict if the Session changed since (a replacement committed for this
+// pod, a drain request), and the gate stays sealed until the runtime has
+// seen that change. Without it, a runtime could open on a view the
+// controller had already acted on: the controller commits to replacing a
+// pod whose runtime has not reported, with the Session's version as its own
+// precondition, so of the two writes only the first lands.
 func (r *reporter) write(ctx context.Context, report *lullv1.RuntimeReport) (string, error) {
 	stamped := report.DeepCopy()
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
@@ -178,7 +204,11 @@ func (r *reporter) write(ctx context.Context, report *lullv1.RuntimeReport) (str
 	}
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
-	rv, err := r.api.PatchStatus(ctx, patch)
+	precondition := ""
+	if report.State == lullv1.RuntimeServing && r.gate.Opening() {
+		precondition = r.lastSeen()
+	}
+	rv, err := r.api.PatchStatus(ctx, patch, precondition)
 	if err != nil {
 		return "", err
 	}

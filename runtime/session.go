@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -29,8 +30,10 @@ type sessionAPI interface {
 	// Watch watches the Session from resourceVersion.
 	Watch(ctx context.Context, resourceVersion string) (watch.Interface, error)
 	// PatchStatus sends a JSON merge patch to sessions/status and returns
-	// the Session's resourceVersion after it.
-	PatchStatus(ctx context.Context, patch []byte) (string, error)
+	// the Session's resourceVersion after it. A non-empty resourceVersion
+	// is a precondition: the API server answers Conflict if the Session has
+	// changed since that version.
+	PatchStatus(ctx context.Context, patch []byte, resourceVersion string) (string, error)
 }
 
 // kubeSession is the sessionAPI of one Session on an API server.
@@ -81,7 +84,21 @@ func (k *kubeSession) Watch(ctx context.Context, resourceVersion string) (watch.
 	)
 }
 
-func (k *kubeSession) PatchStatus(ctx context.Context, patch []byte) (string, error) {
+func (k *kubeSession) PatchStatus(ctx context.Context, patch []byte, resourceVersion string) (string, error) {
+	if resourceVersion != "" {
+		var body map[string]json.RawMessage
+		if err := json.Unmarshal(patch, &body); err != nil {
+			return "", err
+		}
+		meta, err := json.Marshal(map[string]string{"resourceVersion": resourceVersion})
+		if err != nil {
+			return "", err
+		}
+		body["metadata"] = meta
+		if patch, err = json.Marshal(body); err != nil {
+			return "", err
+		}
+	}
 	s := &lullv1.Session{ObjectMeta: metav1.ObjectMeta{Name: k.key.Name, Namespace: k.key.Namespace}}
 	if err := k.c.Status().Patch(ctx, s, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return "", err

@@ -74,7 +74,7 @@ func TestKubeSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := k.PatchStatus(ctx, patch); err != nil {
+	if _, err := k.PatchStatus(ctx, patch, ""); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -34,6 +36,9 @@ type fakeSession struct {
 	watchRVs []string
 	gets     int
 	reports  []*lullv1.RuntimeReport
+	// preconditions holds the resourceVersion precondition of every patch
+	// ("" for none).
+	preconditions []string
 
 	// Hooks, set before Run. getErr and patchErr, when they return an
 	// error, fail the call; patchErr may also say the patch landed anyway.
@@ -41,6 +46,9 @@ type fakeSession struct {
 	patchErr func(r *lullv1.RuntimeReport) (err error, landed bool)
 	// onReport runs, with fakeSession.mu held, when a report lands.
 	onReport func(r *lullv1.RuntimeReport)
+	// beforePatch runs, with fakeSession.mu held, as a status patch
+	// arrives, before its precondition is checked.
+	beforePatch func()
 }
 
 func newFakeSession() *fakeSession {
@@ -74,13 +82,20 @@ func (f *fakeSession) Watch(_ context.Context, rv string) (watch.Interface, erro
 	return w, nil
 }
 
-func (f *fakeSession) PatchStatus(_ context.Context, patch []byte) (string, error) {
+func (f *fakeSession) PatchStatus(_ context.Context, patch []byte, resourceVersion string) (string, error) {
 	r, err := drain.DecodeReport(patch)
 	if err != nil {
 		return "", err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.preconditions = append(f.preconditions, resourceVersion)
+	if f.beforePatch != nil {
+		f.beforePatch()
+	}
+	if resourceVersion != "" && resourceVersion != f.session.ResourceVersion {
+		return "", apierrors.NewConflict(schema.GroupResource{Group: "lull.dev", Resource: "sessions"}, f.session.Name, errors.New("the object has been modified"))
+	}
 	if f.patchErr != nil {
 		if err, landed := f.patchErr(r); err != nil {
 			if landed {
@@ -97,6 +112,11 @@ func (f *fakeSession) land(r *lullv1.RuntimeReport) {
 	f.reports = append(f.reports, r)
 	f.session.Status.Runtime = r
 	f.bump()
+	// The API server sends every change to the open watches, the
+	// runtime's own writes included.
+	for _, w := range f.watchers {
+		w.Modify(f.session.DeepCopy())
+	}
 	if f.onReport != nil {
 		f.onReport(r)
 	}

@@ -5,8 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"time"
-
-	lullv1 "lull.dev/lull/api/v1alpha1"
 )
 
 // TurnOptions configure one turn.
@@ -70,7 +68,7 @@ func (t *Turn) Renew() (time.Time, error) {
 		return time.Time{}, nil
 	}
 	now := time.Now()
-	if state, _ := leaseFate(t.deadline, t.graceUntil, now, g.state == lullv1.RuntimeDraining, t.lease); state == leaseExpired {
+	if state, _ := leaseFate(t.deadline, t.graceUntil, now, t.lease); state == leaseExpired {
 		g.endTurn(t, true)
 		return time.Time{}, ErrLeaseExpired
 	}
@@ -120,7 +118,7 @@ func (t *Turn) checkLease() {
 		return
 	}
 	now := time.Now()
-	switch state, graceUntil := leaseFate(t.deadline, t.graceUntil, now, g.state == lullv1.RuntimeDraining, t.lease); state {
+	switch state, graceUntil := leaseFate(t.deadline, t.graceUntil, now, t.lease); state {
 	case leaseLapsed:
 		if t.graceUntil.IsZero() {
 			t.graceUntil = graceUntil

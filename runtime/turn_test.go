@@ -91,6 +91,7 @@ func TestRenewKeepsALeasedTurn(t *testing.T) {
 	}
 }
 
+// A Renew past the deadline and its grace (one more lease) expires the turn.
 func TestRenewAfterDeadlineExpires(t *testing.T) {
 	g := openGate(t)
 	turn, err := g.BeginTurn(TurnOptions{Lease: time.Hour})
@@ -98,10 +99,10 @@ func TestRenewAfterDeadlineExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.mu.Lock()
-	turn.deadline = time.Now().Add(-time.Millisecond) // the timer has not fired yet
+	turn.deadline = time.Now().Add(-time.Hour - time.Millisecond) // the timer has not fired yet
 	g.mu.Unlock()
 	if _, err := turn.Renew(); !errors.Is(err, ErrLeaseExpired) {
-		t.Fatalf("Renew past the deadline = %v, want ErrLeaseExpired", err)
+		t.Fatalf("Renew past the deadline and its grace = %v, want ErrLeaseExpired", err)
 	}
 	if s := g.Snapshot(); s.ActiveTurns != 0 || s.ExpiredTurns != 1 {
 		t.Errorf("after a late Renew: %+v, want the turn expired", s)

@@ -59,6 +59,12 @@ func (r *Runtime) apply(s *lullv1.Session) {
 	if s.Status.PodUID == r.cfg.PodUID {
 		r.reporter.observe(s.Status.Runtime, s.ResourceVersion)
 	}
+	r.reporter.seen(s.ResourceVersion)
+	held := s.Status.Replacement != nil && s.Status.Replacement.PodUID == r.cfg.PodUID
+	if held && !r.gate.Snapshot().Replacing {
+		r.log.Info("the session committed to replacing this pod: refusing turns", "reason", s.Status.Replacement.Reason)
+	}
+	r.gate.SetHeld(held)
 	o := observe(s, r.cfg.PodUID)
 	if o.ignored != "" {
 		r.log.Error("ignoring drain request with a malformed ID", "err", o.ignored)

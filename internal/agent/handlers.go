@@ -107,15 +107,20 @@ func (s *Server) beginTurn(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, turnResponse{ID: turn.ID(), LeaseExpiresAt: turn.ExpiresAt()})
 }
 
-// endTurn: DELETE /v1/turns/{id}. 204; 404 if the turn is unknown, already
-// ended or expired.
+// endTurn: DELETE /v1/turns/{id}. 204 once the end is in the state file;
+// 404 if the turn is unknown, already ended or expired; 500 state_file if
+// the end could not be recorded (the turn stays active: retry).
 func (s *Server) endTurn(w http.ResponseWriter, r *http.Request) {
 	turn, ok := s.lookupTurn(w, r)
 	if !ok {
 		return
 	}
-	turn.End()
-	s.saveTurns(turn.ID(), "end")
+	if err := s.finishTurn(turn); err != nil {
+		s.log.Error("writing the agent state file failed; the turn is not ended", "file", s.stateFile, "turn", turn.ID(), "err", err)
+		writeError(w, http.StatusInternalServerError, errorResponse{Error: "state_file",
+			Message: fmt.Sprintf("turn %s not ended: the agent could not record its end (%v); retry", turn.ID(), err)})
+		return
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -43,6 +43,9 @@ func (f *fakeAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 	case r.Method == http.MethodPatch && r.URL.Path == sessionsPath+"/s1/status":
 		b, err := io.ReadAll(r.Body)
+		if err == nil {
+			b, err = f.checkPrecondition(b)
+		}
 		report, derr := drain.DecodeReport(b)
 		if err = errors.Join(err, derr); err != nil {
 			http.Error(w, err.Error(), http.StatusUnprocessableEntity)
@@ -56,6 +59,34 @@ func (f *fakeAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.Error(w, "not served by the fake: "+r.Method+" "+r.URL.String(), http.StatusNotFound)
 	}
+}
+
+// checkPrecondition takes a resourceVersion precondition out of a merge
+// patch, as the API server does, and refuses a stale one. The fake's
+// session never changes version.
+func (f *fakeAPIServer) checkPrecondition(patch []byte) ([]byte, error) {
+	var body map[string]json.RawMessage
+	if err := json.Unmarshal(patch, &body); err != nil {
+		return nil, err
+	}
+	meta, ok := body["metadata"]
+	if !ok {
+		return patch, nil
+	}
+	var m struct {
+		ResourceVersion string `json:"resourceVersion"`
+	}
+	if err := json.Unmarshal(meta, &m); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	current := f.session.ResourceVersion
+	f.mu.Unlock()
+	if m.ResourceVersion != current {
+		return nil, fmt.Errorf("precondition resourceVersion %s, session is at %s", m.ResourceVersion, current)
+	}
+	delete(body, "metadata")
+	return json.Marshal(body)
 }
 
 func (f *fakeAPIServer) writeSession(w http.ResponseWriter) {

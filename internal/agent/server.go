@@ -6,7 +6,8 @@
 //	                              201 {"id":"t-…","leaseExpiresAt":…};
 //	                              503 {"error":"draining",…} + Retry-After;
 //	                              500 {"error":"state_file",…}: not begun
-//	DELETE /v1/turns/{id}         end a turn: 204, 404 if unknown or expired
+//	DELETE /v1/turns/{id}         end a turn: 204, 404 if unknown or expired,
+//	                              500 {"error":"state_file",…}: not ended, retry
 //	POST   /v1/turns/{id}/renew   renew a turn's lease: 200 with the new expiry
 //	                              (also for a lapsed turn in its grace)
 //	GET    /v1/drain              the drain state (runtime.Snapshot), with

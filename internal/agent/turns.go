@@ -91,11 +91,18 @@ func (s *Server) unusable(err error) error {
 
 // persist writes the active turns to the state file and forgets the turns
 // that ended or expired. s.mu is held.
-func (s *Server) persist() error {
+func (s *Server) persist() error { return s.persistWithout("") }
+
+// persistWithout is persist, leaving out the turn with ID skip (still in
+// the table): the state file of that turn ended.
+func (s *Server) persistWithout(skip string) error {
 	records := make([]runtime.TurnRecord, 0, len(s.turns))
 	for id, t := range s.turns {
 		if t.Err() != nil {
 			delete(s.turns, id)
+			continue
+		}
+		if id == skip {
 			continue
 		}
 		records = append(records, t.Record())
@@ -119,6 +126,22 @@ func (s *Server) addTurn(t *runtime.Turn) error {
 	return nil
 }
 
+// finishTurn ends a turn once the state file no longer lists it. If the file
+// cannot be written, the turn is not ended and the error is returned: an
+// end the runtime was told had happened must not come back as an active
+// turn after an agent restart, where a turn without a lease would then hold
+// a drain forever with nobody left to end it. The runtime retries its end.
+func (s *Server) finishTurn(t *runtime.Turn) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.persistWithout(t.ID()); err != nil {
+		return err
+	}
+	t.End()
+	delete(s.turns, t.ID())
+	return nil
+}
+
 // turn returns the turn of the table with this ID, or nil.
 func (s *Server) turn(id string) *runtime.Turn {
 	s.mu.Lock()
@@ -126,8 +149,10 @@ func (s *Server) turn(id string) *runtime.Turn {
 	return s.turns[id]
 }
 
-// saveTurns writes the state file after a turn ended, expired or was
-// renewed; a failure is logged (see above why the request still succeeds).
+// saveTurns writes the state file after a turn expired or was renewed; a
+// failure is logged and the request still succeeds: the file then holds the
+// turn's earlier record, a leased one, which a restarted agent restores as
+// lapsed and lets expire after its grace.
 func (s *Server) saveTurns(id, change string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

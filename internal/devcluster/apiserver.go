@@ -85,7 +85,29 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	c.procs = slices.Insert(c.procs, min(idx, len(c.procs)), p)
 	c.mu.Unlock()
 	c.progress("kube-apiserver restarted on %s", t, c.Server)
-	return nil
+	// KWOK v0.8 does not re-establish its pod watch after the API server
+	// restarts (a real kubelet does): pods being deleted would stay
+	// Terminating for good. Restart it too, as a kubelet's recovery.
+	return c.restartKwok(ctx)
+}
+
+// restartKwok stops kwok and starts it again with the same node.
+func (c *Cluster) restartKwok(ctx context.Context) error {
+	c.mu.Lock()
+	idx := slices.IndexFunc(c.procs, func(p *process) bool { return p.name == ComponentKwok && p.exitErr() == nil })
+	var old *process
+	if idx >= 0 {
+		old = c.procs[idx]
+	}
+	c.mu.Unlock()
+	if old != nil {
+		c.discard(old)
+	}
+	client, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	return c.startKwokAndNode(ctx, client)
 }
 
 // runAPIServer starts kube-apiserver on port and waits for /readyz. It

@@ -180,9 +180,21 @@ func (r *Reconciler) now() time.Time {
 }
 
 // pod returns the session's pod (ordinal 0 of its StatefulSet), or nil.
+//
+// A pod missing from the cache is looked for on the API server before the
+// session is judged to have none: "no pod" lets the decision scale a
+// suspended session to zero and drop a drain request and a commitment, and
+// the pod informer may simply lag the Session informer (a new pod whose
+// runtime has already reported, or a committed pod another controller is
+// deleting). The read costs one GET per reconcile of a session without a
+// pod: suspended sessions, and the moments of a replacement.
 func (r *Reconciler) pod(ctx context.Context, s *lullv1.Session) (*corev1.Pod, error) {
 	pod := &corev1.Pod{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Name + "-0"}, pod)
+	key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name + "-0"}
+	err := r.Client.Get(ctx, key, pod)
+	if apierrors.IsNotFound(err) {
+		err = r.reader().Get(ctx, key, pod)
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, nil

@@ -71,3 +71,46 @@ func TestLeaseLapsedJustBeforeADrainStillGetsItsGrace(t *testing.T) {
 		t.Errorf("Renew 1ms past the deadline with a drain outstanding = %v; during a drain it would revive the turn", err)
 	}
 }
+
+// The Serving report that would open the gate carries, as a precondition,
+// the Session version the runtime last applied. The controller commits to
+// replacing a pod whose runtime has not reported with its own precondition
+// on the Session, so of the commit and the opening report only the first
+// lands: a runtime can no longer open on a view the controller has already
+// acted on. Here the commit lands between the runtime's read and its first
+// report, and the runtime's watch has not delivered it yet.
+func TestOpeningReportIsConditionalOnTheSessionItSaw(t *testing.T) {
+	f := newFakeSession()
+	committed := false
+	f.beforePatch = func() {
+		if committed {
+			return
+		}
+		committed = true
+		// The controller's commit, not yet delivered to the watch.
+		f.session.Status.Replacement = &lullv1.Replacement{PodUID: testPod, Reason: lullv1.ReplacementNeverStarted, CommittedAt: metav1.Now()}
+		f.bump()
+	}
+	rt := startRuntime(t, f)
+	waitFor(t, "the opening report is refused", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.preconditions) > 0
+	})
+	time.Sleep(50 * time.Millisecond)
+	if s := rt.Snapshot(); s.Accepting {
+		t.Fatalf("gate open after its opening report met a conflict: %+v", s)
+	}
+	f.mu.Lock()
+	if f.preconditions[0] != "1" {
+		t.Errorf("opening report precondition = %q, want the version read (1)", f.preconditions[0])
+	}
+	f.mu.Unlock()
+	// The watch delivers the commit: the runtime holds, and never opens.
+	f.update(func(*lullv1.SessionStatus) {})
+	waitFor(t, "the runtime sees the commitment", func() bool { return rt.Snapshot().Replacing })
+	time.Sleep(100 * time.Millisecond)
+	if _, err := rt.BeginTurn(TurnOptions{}); !errors.Is(err, ErrDraining) {
+		t.Fatalf("BeginTurn on a pod committed for replacement = %v, want ErrDraining", err)
+	}
+}
