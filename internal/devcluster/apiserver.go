@@ -85,9 +85,11 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	c.procs = slices.Insert(c.procs, min(idx, len(c.procs)), p)
 	c.mu.Unlock()
 	c.progress("kube-apiserver restarted on %s", t, c.Server)
-	// KWOK v0.8 does not re-establish its pod watch after the API server
-	// restarts (a real kubelet does): pods being deleted would stay
-	// Terminating for good. Restart it too, as a kubelet's recovery.
+	// kwok stands in for the kubelet; its retries of stage patches the
+	// stopped API server refused are bounded, after which a pod can stay
+	// in its stage for good. A kubelet resyncs every pod once it reaches
+	// the API server again; restarting kwok (which lists every pod and
+	// node afresh) does the same.
 	return c.restartKwok(ctx)
 }
 

@@ -270,15 +270,23 @@ func (r *Runner) finalize(ctx context.Context, pod *corev1.Pod) {
 		defer r.wg.Done()
 		r.stop(pod.UID)
 		uid := pod.UID
-		err := r.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
-			GracePeriodSeconds: ptr.To[int64](0),
-			Preconditions:      &metav1.Preconditions{UID: &uid},
-		})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			r.logf("pod %s/%s (%s): finish deletion: %v\n", pod.Namespace, pod.Name, uid, err)
-			r.mu.Lock()
-			delete(r.finalizing, uid) // the next update retries
-			r.mu.Unlock()
+		// Retried until it lands: nothing else changes a terminating pod,
+		// so no later update would bring another try (an API server that
+		// is restarting refuses the first ones).
+		for wait := 200 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+			err := r.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+				GracePeriodSeconds: ptr.To[int64](0),
+				Preconditions:      &metav1.Preconditions{UID: &uid},
+			})
+			if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+				return
+			}
+			r.logf("pod %s/%s (%s): finish deletion: %v; retrying in %s\n", pod.Namespace, pod.Name, uid, err, wait)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
 		}
 	}()
 }
