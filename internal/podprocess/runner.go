@@ -74,6 +74,8 @@ type Runner struct {
 	mu         sync.Mutex
 	procs      map[types.UID]*proc
 	finalizing map[types.UID]bool
+	retrying   map[types.UID]bool // pods whose failed start is retried
+	pods       cache.Store        // the informer's pods, for retries
 	wg         sync.WaitGroup
 }
 
@@ -142,6 +144,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		o.LabelSelector = lullv1.LabelSession
 	}))
 	inf := factory.Core().V1().Pods().Informer()
+	r.mu.Lock()
+	r.pods = inf.GetStore()
+	r.mu.Unlock()
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { r.sync(ctx, o.(*corev1.Pod)) },
 		UpdateFunc: func(_, o any) { r.sync(ctx, o.(*corev1.Pod)) },
@@ -191,7 +196,58 @@ func (r *Runner) sync(ctx context.Context, pod *corev1.Pod) {
 	}
 	if err := r.start(ctx, pod); err != nil {
 		r.logf("pod %s/%s: cannot start runtime: %v\n", pod.Namespace, pod.Name, err)
+		r.retryStart(ctx, pod)
 	}
+}
+
+// retryStart syncs a pod again, with a growing pause, until its runtime
+// starts or the pod stops needing one: a kubelet keeps trying to start a
+// pod's containers, and no later update of the pod would bring another try
+// (a token request the restarting API server refused, for example).
+func (r *Runner) retryStart(ctx context.Context, pod *corev1.Pod) {
+	r.mu.Lock()
+	if r.retrying == nil {
+		r.retrying = map[types.UID]bool{}
+	}
+	if r.retrying[pod.UID] || r.pods == nil {
+		r.mu.Unlock()
+		return
+	}
+	r.retrying[pod.UID] = true
+	store := r.pods
+	r.mu.Unlock()
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer func() {
+			r.mu.Lock()
+			delete(r.retrying, pod.UID)
+			r.mu.Unlock()
+		}()
+		for wait := 500 * time.Millisecond; ; wait = min(2*wait, 10*time.Second) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			o, ok, _ := store.GetByKey(pod.Namespace + "/" + pod.Name)
+			cur, isPod := o.(*corev1.Pod)
+			if !ok || !isPod || cur.UID != pod.UID || cur.DeletionTimestamp != nil || cur.Status.Phase != corev1.PodRunning {
+				return
+			}
+			r.mu.Lock()
+			_, running := r.procs[pod.UID]
+			r.mu.Unlock()
+			if running {
+				return
+			}
+			err := r.start(ctx, cur)
+			if err == nil {
+				return
+			}
+			r.logf("pod %s/%s: cannot start runtime: %v; retrying in %s\n", pod.Namespace, pod.Name, err, min(2*wait, 10*time.Second))
+		}
+	}()
 }
 
 func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
