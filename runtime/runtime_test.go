@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -154,10 +155,11 @@ func TestRunRereadsAfterWatchEnds(t *testing.T) {
 	f.mu.Unlock()
 	waitReport(t, f, "Drained after re-reading", isState(lullv1.RuntimeDrained, req1))
 
-	// An error event: read again and watch from the new version.
+	// An error event: read again and watch from the new version. (A 410
+	// Expired is answered differently: TestRunWatchesFromNowWhenItsVersionIsTooOld.)
 	waitFor(t, "the second watch", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.watchers) == 2 })
 	f.mu.Lock()
-	f.watchers[1].Error(&apierrors.NewResourceExpired("too old").ErrStatus)
+	f.watchers[1].Error(&apierrors.NewInternalError(errors.New("etcd leader changed")).ErrStatus)
 	f.mu.Unlock()
 	waitFor(t, "the third watch", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.watchers) == 3 })
 	f.mu.Lock()
@@ -318,4 +320,24 @@ func TestRunReassertsAnOverwrittenReport(t *testing.T) {
 		r := f.session.Status.Runtime
 		return r != nil && r.State == lullv1.RuntimeDrained && r.RequestID == id
 	})
+}
+
+// After an API server restart its watch window starts at the current
+// revision, and a Session not written since is older: a watch from the
+// Session's own version fails with 410 Expired however often it is read
+// again. The runtime then watches from the current state, so it does not
+// miss a drain request while it backs off.
+func TestRunWatchesFromNowWhenItsVersionIsTooOld(t *testing.T) {
+	f := newFakeSession()
+	f.oldestWatchable = 1000
+	startRuntime(t, f)
+	waitReport(t, f, "the first report", func(r *lullv1.RuntimeReport) bool { return r.State == lullv1.RuntimeServing })
+	id := drain.RequestID(testPod, lullv1.DrainReasonUpdate, 1)
+	waitFor(t, "a watch from the current state", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return slices.Contains(f.watchRVs, "")
+	})
+	f.requestDrain(id, testPod)
+	waitReport(t, f, "Drained", isState(lullv1.RuntimeDrained, id))
 }

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
@@ -49,6 +50,11 @@ type fakeSession struct {
 	// beforePatch runs, with fakeSession.mu held, as a status patch
 	// arrives, before its precondition is checked.
 	beforePatch func()
+	// oldestWatchable, when set, is the oldest resourceVersion a watch may
+	// start from, as after an API server restart: a watch from an older one
+	// gets a 410 Expired event; a watch from "" starts with the current
+	// Session as an ADDED event.
+	oldestWatchable int
 }
 
 func newFakeSession() *fakeSession {
@@ -77,8 +83,18 @@ func (f *fakeSession) Watch(_ context.Context, rv string) (watch.Interface, erro
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	w := watch.NewRaceFreeFake()
-	f.watchers = append(f.watchers, w)
 	f.watchRVs = append(f.watchRVs, rv)
+	if f.oldestWatchable > 0 {
+		if n, _ := strconv.Atoi(rv); rv != "" && n < f.oldestWatchable {
+			status := apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %s (%d)", rv, f.oldestWatchable)).ErrStatus
+			w.Error(&status)
+			return w, nil
+		}
+		if rv == "" {
+			w.Add(f.session.DeepCopy())
+		}
+	}
+	f.watchers = append(f.watchers, w)
 	return w, nil
 }
 

@@ -23,7 +23,7 @@ var errSessionDeleted = errors.New("session was deleted")
 // newReadBackoff returns the backoff between failed reads and watches of
 // the Session.
 func newReadBackoff() *backoff {
-	return &backoff{initial: 200 * time.Millisecond, max: 30 * time.Second}
+	return &backoff{initial: 200 * time.Millisecond, max: 10 * time.Second}
 }
 
 // observation is what the runtime takes from one version of its Session.
@@ -119,6 +119,15 @@ func (r *Runtime) watch(ctx context.Context, s *lullv1.Session) {
 		}
 		started := time.Now()
 		err := r.follow(ctx, s.ResourceVersion)
+		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+			// The Session's version is older than the API server's watch
+			// window (a restarted API server starts its window at the
+			// current revision, and a Session not written since is older).
+			// Reading again gives the same version: watch from now, the
+			// server sending the current Session first.
+			r.log.Info("session version too old to watch from; watching from the current state", "resourceVersion", s.ResourceVersion)
+			err = r.follow(ctx, "")
+		}
 		s = nil
 		if ctx.Err() != nil {
 			return
