@@ -45,13 +45,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 // client's watches break and its requests fail until the new process
 // answers /readyz, which RestartAPIServer waits for. etcd keeps the state.
 func (c *Cluster) RestartAPIServer(ctx context.Context) error {
-	c.mu.Lock()
-	idx := slices.IndexFunc(c.procs, func(p *process) bool { return p.name == ComponentAPIServer && p.exitErr() == nil })
-	var old *process
-	if idx >= 0 {
-		old = c.procs[idx]
-	}
-	c.mu.Unlock()
+	old, idx := c.running(ComponentAPIServer)
 	if old == nil {
 		return errors.New("devcluster: kube-apiserver is not running")
 	}
@@ -95,14 +89,7 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 
 // restartKwok stops kwok and starts it again with the same node.
 func (c *Cluster) restartKwok(ctx context.Context) error {
-	c.mu.Lock()
-	idx := slices.IndexFunc(c.procs, func(p *process) bool { return p.name == ComponentKwok && p.exitErr() == nil })
-	var old *process
-	if idx >= 0 {
-		old = c.procs[idx]
-	}
-	c.mu.Unlock()
-	if old != nil {
+	if old, _ := c.running(ComponentKwok); old != nil {
 		c.discard(old)
 	}
 	client, err := kubernetes.NewForConfig(c.Config)
@@ -110,6 +97,18 @@ func (c *Cluster) restartKwok(ctx context.Context) error {
 		return err
 	}
 	return c.startKwokAndNode(ctx, client)
+}
+
+// running returns the running process of a component and its index in
+// start order, or nil and -1.
+func (c *Cluster) running(component string) (*process, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	idx := slices.IndexFunc(c.procs, func(p *process) bool { return p.name == component && p.exitErr() == nil })
+	if idx < 0 {
+		return nil, -1
+	}
+	return c.procs[idx], idx
 }
 
 // runAPIServer starts kube-apiserver on port and waits for /readyz. It
