@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -34,6 +35,8 @@ const MinWriteInterval = time.Second
 // Reconciler writes SessionTemplate status.
 type Reconciler struct {
 	Client client.Client
+	// Clock spaces status writes; nil means the real clock.
+	Clock clock.PassiveClock
 
 	mu        sync.Mutex
 	lastWrite map[types.NamespacedName]time.Time
@@ -74,6 +77,9 @@ func (r *Reconciler) untilWriteAllowed(key types.NamespacedName) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
+	if r.Clock != nil {
+		now = r.Clock.Now()
+	}
 	if wait := r.lastWrite[key].Add(MinWriteInterval).Sub(now); wait > 0 {
 		return wait
 	}
