@@ -159,8 +159,9 @@ func podReady(pod *corev1.Pod) bool {
 // published the new revision, the old pod is terminating, the new pod is
 // not yet created or not yet running, or its runtime has not yet reported.
 // The reconciler writes such a state only if it lasts (see
-// session.SettleDelay), which keeps a replacement to two status writes:
-// the drain request, and the session running its new pod.
+// session.SettleDelay), which keeps a drained replacement to three status
+// writes: the drain request, the commitment, and the session running its
+// new pod.
 func Passing(o Observed, a Action) bool {
 	switch a.Reason {
 	case ReasonRevisionUnknown, ReasonPodTerminating, ReasonPodPending, ReasonStatefulSetPending:
