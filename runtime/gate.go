@@ -82,8 +82,8 @@ type Snapshot struct {
 	// LastActivity is when a turn last began or ended, or Bump was last
 	// called; zero if never. Lease renewals and expiries are not activity.
 	LastActivity time.Time `json:"lastActivity,omitzero"`
-	// LapsedTurns is the number of active turns whose lease ran out during
-	// a drain and that are in their grace: a Renew revives them; if none
+	// LapsedTurns is the number of active turns whose lease ran out and
+	// that are in their grace: a Renew revives them; if none
 	// comes, they expire when the grace ends. They count in ActiveTurns, so
 	// the gate is not Drained while one is lapsed.
 	LapsedTurns int `json:"lapsedTurns"`
@@ -112,8 +112,8 @@ type Snapshot struct {
 //	Draining/Drained  --request withdrawn-->  Serving, refusing turns until
 //	                                          Published(Serving)
 //
-// A leased turn whose lease runs out during a drain keeps the gate Draining
-// for a grace in which a late Renew revives it (see TurnOptions.Lease), so
+// A leased turn whose lease runs out stays active for a grace in which a
+// late Renew revives it, and keeps a draining gate Draining meanwhile (see TurnOptions.Lease), so
 // a client that missed a renewal is not mistaken for one that finished.
 //
 // A gate that has left Serving refuses turns until the Serving report has

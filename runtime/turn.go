@@ -12,8 +12,9 @@ type TurnOptions struct {
 	// Lease, when positive, bounds how long the turn lives without a Renew:
 	// a turn not renewed within Lease of its start or last renewal expires
 	// and counts as ended, so a crashed client cannot hold a drain open
-	// forever. During a drain a lapsed lease gets a grace of one more Lease
-	// in which a late Renew revives the turn (see Snapshot.LapsedTurns).
+	// forever. A lapsed lease gets a grace of one more Lease in which a late
+	// Renew revives the turn (see Snapshot.LapsedTurns), during a drain or
+	// not.
 	// Zero means no lease: the turn lives until End. Negative is an error.
 	Lease time.Duration
 }
@@ -52,8 +53,7 @@ func (t *Turn) End() {
 }
 
 // Renew extends a leased turn's lease to Lease from now and returns the new
-// expiry. A turn whose lease lapsed during a drain and is in its grace is
-// revived: it is active again with a full lease. Renew returns
+// expiry. A turn whose lease lapsed and is in its grace is revived: it is active again with a full lease. Renew returns
 // ErrLeaseExpired if the lease has run out beyond any grace (even if the
 // gate has not yet noticed) and ErrTurnEnded if the turn was ended. For a
 // turn without a lease it returns the zero time and nil.
@@ -108,7 +108,7 @@ func (t *Turn) errLocked() error {
 }
 
 // checkLease runs when the lease timer fires: unless a Renew moved the
-// deadline, it gives the turn its grace (during a drain) and sets the timer
+// deadline, it gives the turn its grace and sets the timer
 // to the grace's end, or expires the turn.
 func (t *Turn) checkLease() {
 	g := t.gate

@@ -59,7 +59,6 @@ func (r *Runtime) apply(s *lullv1.Session) {
 	if s.Status.PodUID == r.cfg.PodUID {
 		r.reporter.observe(s.Status.Runtime, s.ResourceVersion)
 	}
-	r.reporter.seen(s.ResourceVersion)
 	held := s.Status.Replacement != nil && s.Status.Replacement.PodUID == r.cfg.PodUID
 	if held && !r.gate.Snapshot().Replacing {
 		r.log.Info("the session committed to replacing this pod: refusing turns", "reason", s.Status.Replacement.Reason)
@@ -84,6 +83,9 @@ func (r *Runtime) apply(s *lullv1.Session) {
 		}
 		r.gate.SetRequest("", "")
 	}
+	// Only now is this version applied: an opening report written with it
+	// as its precondition must not land before the gate has acted on it.
+	r.reporter.seen(s.ResourceVersion)
 }
 
 // getSession reads the Session, retrying with backoff until it succeeds or

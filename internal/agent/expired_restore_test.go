@@ -3,7 +3,9 @@ package agent
 import (
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,6 +46,20 @@ func TestExpiredTurnDoesNotComeBackAfterAnAgentRestart(t *testing.T) {
 	}
 	if s := g.Snapshot(); s.ActiveTurns != 0 {
 		t.Fatalf("before the restart: %+v, want no active turn", s)
+	}
+	// The expiry reaches the state file a moment after the gate counts it.
+	for {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), `"id"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the expired turn is still in the state file: %s", b)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	srv.Close()
 

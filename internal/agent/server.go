@@ -69,6 +69,8 @@ type Server struct {
 	// mu guards turns and the writes of the state file.
 	mu    sync.Mutex
 	turns map[string]*runtime.Turn // by ID; holds only turns begun here or restored
+
+	stopExpiries func()
 }
 
 // Open returns a Server for g, the gate of the runtime of the pod with UID
@@ -90,7 +92,30 @@ func Open(g Gate, stateFile string, pod types.UID, log *slog.Logger) (*Server, e
 	if err := s.restore(); err != nil {
 		return nil, err
 	}
+	snapshots, cancel := g.Subscribe()
+	s.stopExpiries = cancel
+	go s.recordExpiries(snapshots)
 	return s, nil
+}
+
+// Close stops recording expiries in the state file. Serve does not need it;
+// call it when the Server is done with.
+func (s *Server) Close() { s.stopExpiries() }
+
+// recordExpiries writes the state file each time the gate counts a turn as
+// expired (its lease and grace ran out), so an agent restarted later does not
+// restore a turn that is over: that would hold the next drain for another
+// lease and count the turn as expired twice. The write follows the expiry by
+// the time the snapshot takes to arrive; a restart inside that moment still
+// restores the turn, which errs towards holding a drain longer.
+func (s *Server) recordExpiries(snapshots <-chan runtime.Snapshot) {
+	last := int64(-1)
+	for snap := range snapshots {
+		if last >= 0 && snap.ExpiredTurns != last {
+			s.saveTurns("", "expire")
+		}
+		last = snap.ExpiredTurns
+	}
 }
 
 // ServeHTTP serves the agent API.
@@ -154,6 +179,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	defer srv.Close()
 	ln, err := Listen(o.Listen)
 	if err != nil {
 		return err

@@ -51,8 +51,7 @@ const (
 	// resourceVersion as a precondition, then delete the pod as DeletePod
 	// does. From the commit on, the pod is replaced whoever acts next.
 	Commit Kind = "Commit"
-	// DeletePod: delete the pod with UID PodUID, with a UID precondition
-	// (and PodResourceVersion as a resourceVersion precondition when set).
+	// DeletePod: delete the pod with UID PodUID, with a UID precondition.
 	DeletePod Kind = "DeletePod"
 )
 
@@ -113,10 +112,6 @@ type Action struct {
 	Replacement *lullv1.Replacement
 	// PodUID is the UID precondition of Commit and DeletePod.
 	PodUID types.UID
-	// PodResourceVersion, when set, is the resourceVersion precondition of
-	// the delete: the pod is deleted only as it was observed (failed or
-	// never started), not after its status moved on.
-	PodResourceVersion string
 	// RequeueAfter, when non-zero, asks for another look after that long.
 	RequeueAfter time.Duration
 }
@@ -124,8 +119,9 @@ type Action struct {
 // Decide returns the next step for one session. The rules, in order:
 //
 //  1. A replacement committed for the session's pod (status.replacement)
-//     is finished: the pod is deleted, whatever changed since. Its drain
-//     request is never withdrawn, so a sealed runtime stays sealed.
+//     is finished: the pod is deleted, whatever changed since. The
+//     commitment and its drain request are never withdrawn, so the runtime
+//     stays sealed and held.
 //  2. A suspended session drains its pod before it is scaled to zero (see
 //     decideSuspend and Replicas). A session whose StatefulSet or pod does
 //     not exist yet waits; a pod being deleted is waited for, and named as
@@ -138,7 +134,7 @@ type Action struct {
 //  5. A stale pod that is terminal, whose runtime container cannot start, or
 //     whose runtime has never started is replaced without a drain, subject to
 //     an exponential backoff between such replacements: the failure is
-//     committed first (counting it), then the pod deleted as observed.
+//     committed first (counting it), then the pod deleted.
 //  6. lull.dev/force-update ("true", or the exact request ID) replaces a
 //     stale pod without a drain.
 //  7. Drain: request a drain of the pod with an ID never used before; once
@@ -195,38 +191,26 @@ func Decide(o Observed) Action {
 }
 
 // finishCommitted returns the step that finishes a replacement committed for
-// the session's pod, if there is one. A committed Drained replacement is
-// always finished: its runtime is sealed, and another controller may be
-// about to delete the pod, so the request must not be withdrawn. A committed
-// failure is finished only while the pod still looks failed (or never
-// started); if it has recovered, the commitment lapses, which is safe
-// because a failure commits nothing the runtime acts on.
+// the session's pod, if there is one. A commitment never lapses, whatever
+// its reason and whatever changed since: the pod's runtime refuses turns
+// while status.replacement names its pod, so deleting it is safe, and
+// another controller may already have a delete of it in flight (a delete
+// held up in the network, an old leader waking up). Were the commitment
+// dropped, the runtime would reopen under that delete.
 func finishCommitted(o Observed) (Action, bool) {
 	s, pod := o.Session, o.Pod
 	c := s.Status.Replacement
 	if c == nil || pod == nil || c.PodUID != pod.UID || pod.DeletionTimestamp != nil {
 		return Action{}, false
 	}
-	a := Action{Kind: DeletePod, Reason: string(c.Reason), PodUID: pod.UID, Drain: s.Status.Drain, Replacement: c,
-		Message: fmt.Sprintf("finishing the committed replacement of pod %s (%s)", pod.Name, c.Reason)}
-	switch c.Reason {
-	case lullv1.ReplacementDrained:
-		if s.Spec.Suspend {
-			// Replicas scales the StatefulSet to zero, which removes the
-			// pod; deleting it as well could race a recreation.
-			return Action{Kind: Wait, Reason: ReasonSuspending, Drain: s.Status.Drain, Replacement: c,
-				Message: fmt.Sprintf("suspending: scaling drained pod %s away", pod.Name)}, true
-		}
-		return a, true
-	default:
-		failed, _ := PodFailure(pod)
-		never, _ := NeverStarted(pod, s.Status.Runtime)
-		if !failed && !never {
-			return Action{}, false
-		}
-		a.PodResourceVersion = pod.ResourceVersion
-		return a, true
+	if c.Reason == lullv1.ReplacementDrained && s.Spec.Suspend {
+		// Replicas scales the StatefulSet to zero, which removes the pod;
+		// deleting it as well could race a recreation.
+		return Action{Kind: Wait, Reason: ReasonSuspending, Drain: s.Status.Drain, Replacement: c,
+			Message: fmt.Sprintf("suspending: scaling drained pod %s away", pod.Name)}, true
 	}
+	return Action{Kind: DeletePod, Reason: string(c.Reason), PodUID: pod.UID, Drain: s.Status.Drain, Replacement: c,
+		Message: fmt.Sprintf("finishing the committed replacement of pod %s (%s)", pod.Name, c.Reason)}, true
 }
 
 // replaceUnserved returns the Commit that replaces a pod whose runtime cannot
@@ -247,7 +231,7 @@ func replaceUnserved(o Observed, backoff bool) (Action, bool) {
 		return Action{Kind: Wait, Reason: ReasonReplacementBackoff, Drain: s.Status.Drain, RequeueAfter: wait,
 			Message: fmt.Sprintf("stale pod %s cannot serve (%s); replacing it in %s (backoff after %d failed replacements)", pod.Name, why, wait.Round(time.Second), s.Status.FailedReplacements)}, true
 	}
-	return Action{Kind: Commit, Reason: string(reason), PodUID: pod.UID, PodResourceVersion: pod.ResourceVersion, Drain: s.Status.Drain,
+	return Action{Kind: Commit, Reason: string(reason), PodUID: pod.UID, Drain: s.Status.Drain,
 		Replacement: &lullv1.Replacement{PodUID: pod.UID, Reason: reason, CommittedAt: metav1.NewTime(o.Now.Truncate(time.Second))},
 		Message:     fmt.Sprintf("stale pod %s cannot serve (%s); replacing it without a drain", pod.Name, why)}, true
 }
@@ -330,7 +314,7 @@ func PodRevision(pod *corev1.Pod) string {
 // running pod gets a Manual drain request; once its runtime answers Drained
 // the replacement is committed and Replicas scales the StatefulSet to zero.
 // A pod that is failed or never started is committed and deleted as
-// observed; force-update "true" scales it away at once.
+// committed and deleted; force-update "true" scales it away at once.
 func decideSuspend(o Observed) Action {
 	s, pod := o.Session, o.Pod
 	switch {

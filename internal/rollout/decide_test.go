@@ -94,7 +94,6 @@ func TestDecide(t *testing.T) {
 		why    string
 		drain  func() *lullv1.DrainRequest // expected Action.Drain; nil func means nil
 		commit *lullv1.Replacement         // expected Action.Replacement
-		podRV  string                      // expected delete resourceVersion precondition
 		after  time.Duration               // expected RequeueAfter
 	}{
 		// Suspension.
@@ -134,7 +133,7 @@ func TestDecide(t *testing.T) {
 				o.Session.Status.FailedReplacements = 3
 				last := metav1.NewTime(now)
 				o.Session.Status.LastFailedReplacementTime = &last
-			}, kind: Commit, why: ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, ""), podRV: "41"},
+			}, kind: Commit, why: ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, "")},
 		{name: "a suspended pod with a failing sidecar is drained, not scaled away",
 			edit: func(o *Observed) {
 				o.Session.Spec.Suspend = true
@@ -184,15 +183,15 @@ func TestDecide(t *testing.T) {
 		// Stale pods that cannot serve.
 		{name: "stale terminal pod is committed and deleted as observed",
 			edit: func(o *Observed) { o.Pod.Status.Phase = corev1.PodFailed },
-			kind: Commit, why: ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, ""), podRV: "41"},
+			kind: Commit, why: ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, "")},
 		{name: "stale succeeded pod is replaced at once",
 			edit: func(o *Observed) { o.Pod.Status.Phase = corev1.PodSucceeded },
-			kind: Commit, why: ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, ""), podRV: "41"},
+			kind: Commit, why: ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, "")},
 		{name: "stale pod whose runtime is in ImagePullBackOff is replaced at once",
 			edit: func(o *Observed) {
 				o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ImagePullBackOff")}
 			},
-			kind: Commit, why: ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, ""), podRV: "41"},
+			kind: Commit, why: ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, "")},
 		{name: "a crash-looping sidecar next to a running runtime is drained, not deleted",
 			edit: func(o *Observed) {
 				o.Pod.Status.ContainerStatuses = append(o.Pod.Status.ContainerStatuses, waitingIn("mesh-proxy", "CrashLoopBackOff"))
@@ -206,16 +205,16 @@ func TestDecide(t *testing.T) {
 			edit: func(o *Observed) {
 				o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ContainerCreating")}
 			},
-			kind: Commit, why: ReasonNeverStarted, commit: committed(podUID, lullv1.ReplacementNeverStarted, ""), podRV: "41"},
+			kind: Commit, why: ReasonNeverStarted, commit: committed(podUID, lullv1.ReplacementNeverStarted, "")},
 		{name: "unschedulable stale pod is replaced without a drain",
 			edit: func(o *Observed) {
 				o.Pod.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: "0/3 nodes have enough memory"}}}
-			}, kind: Commit, why: ReasonNeverStarted, commit: committed(podUID, lullv1.ReplacementNeverStarted, ""), podRV: "41"},
+			}, kind: Commit, why: ReasonNeverStarted, commit: committed(podUID, lullv1.ReplacementNeverStarted, "")},
 		{name: "stale pod held by a failing init container has never started",
 			edit: func(o *Observed) {
 				o.Pod.Status = corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{waitingIn("setup", "CreateContainerConfigError")},
 					ContainerStatuses: []corev1.ContainerStatus{waiting("PodInitializing")}}
-			}, kind: Commit, why: ReasonNeverStarted, commit: committed(podUID, lullv1.ReplacementNeverStarted, ""), podRV: "41"},
+			}, kind: Commit, why: ReasonNeverStarted, commit: committed(podUID, lullv1.ReplacementNeverStarted, "")},
 		{name: "a pending-looking pod whose runtime has reported is drained (kubelet status lag)",
 			edit: func(o *Observed) {
 				o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ContainerCreating")}
@@ -247,21 +246,26 @@ func TestDecide(t *testing.T) {
 				o.Session.Status.FailedReplacements = 2
 				last := metav1.NewTime(now.Add(-11 * time.Second))
 				o.Session.Status.LastFailedReplacementTime = &last
-			}, kind: Commit, why: ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, ""), podRV: "41"},
+			}, kind: Commit, why: ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, "")},
 
 		// Committed replacements.
-		{name: "a committed failure still observed is deleted as observed, not counted again",
+		{name: "a committed failure is deleted, not counted again",
 			edit: func(o *Observed) {
 				o.Pod.Status.Phase = corev1.PodFailed
 				o.Session.Status.Replacement = committed(podUID, lullv1.ReplacementPodFailed, "")
 				o.Session.Status.FailedReplacements = 1
 				last := metav1.NewTime(now)
 				o.Session.Status.LastFailedReplacementTime = &last
-			}, kind: DeletePod, why: string(lullv1.ReplacementPodFailed), commit: committed(podUID, lullv1.ReplacementPodFailed, ""), podRV: "41"},
-		{name: "a committed failure whose pod recovered lapses; the pod is drained",
+			}, kind: DeletePod, why: string(lullv1.ReplacementPodFailed), commit: committed(podUID, lullv1.ReplacementPodFailed, "")},
+		{name: "a committed failure whose pod recovered is still deleted (its runtime holds)",
 			edit: func(o *Observed) {
 				o.Session.Status.Replacement = committed(podUID, lullv1.ReplacementPodFailed, "")
-			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, now) }},
+			}, kind: DeletePod, why: string(lullv1.ReplacementPodFailed), commit: committed(podUID, lullv1.ReplacementPodFailed, "")},
+		{name: "a committed never-started pod whose runtime has reported since is still deleted (its runtime holds)",
+			edit: func(o *Observed) {
+				o.Session.Status.Replacement = committed(podUID, lullv1.ReplacementNeverStarted, "")
+				o.Session.Status.Runtime = report(podUID, "", lullv1.RuntimeServing, 0)
+			}, kind: DeletePod, why: string(lullv1.ReplacementNeverStarted), commit: committed(podUID, lullv1.ReplacementNeverStarted, "")},
 		{name: "a committed drained pod is deleted even after a rollback made it current",
 			edit: func(o *Observed) {
 				o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] = newRev
@@ -369,9 +373,6 @@ func TestDecide(t *testing.T) {
 			}
 			if !equality.Semantic.DeepEqual(a.Replacement, tt.commit) {
 				t.Errorf("Replacement = %+v, want %+v", a.Replacement, tt.commit)
-			}
-			if a.PodResourceVersion != tt.podRV {
-				t.Errorf("PodResourceVersion = %q, want %q", a.PodResourceVersion, tt.podRV)
 			}
 			if (a.Kind == DeletePod || a.Kind == Commit) && a.PodUID != f.o.Pod.UID {
 				t.Errorf("DeletePod precondition UID = %q, want the observed pod's %q", a.PodUID, f.o.Pod.UID)

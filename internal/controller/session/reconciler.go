@@ -271,18 +271,14 @@ func sameCommit(a, b *lullv1.Replacement) bool {
 	return a != nil && b != nil && a.PodUID == b.PodUID && a.Reason == b.Reason && a.RequestID == b.RequestID
 }
 
-// deletePod deletes the pod named by a with a UID precondition, and a
-// resourceVersion precondition when a carries one. A 404 or 409 is a no-op.
+// deletePod deletes the pod named by a with a UID precondition. A 404 or
+// 409 is a no-op.
 func (r *Reconciler) deletePod(ctx context.Context, o rollout.Observed, a rollout.Action) (rollout.Action, error) {
 	s := o.Session
-	pre := client.Preconditions{UID: &a.PodUID}
-	if a.PodResourceVersion != "" {
-		pre.ResourceVersion = &a.PodResourceVersion
-	}
-	err := r.Client.Delete(ctx, o.Pod, pre)
+	err := r.Client.Delete(ctx, o.Pod, client.Preconditions{UID: &a.PodUID})
 	switch {
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-		log.FromContext(ctx).Info("pod already gone, replaced or changed; nothing deleted", "pod", o.Pod.Name, "uid", a.PodUID, "resourceVersion", a.PodResourceVersion)
+		log.FromContext(ctx).Info("pod already gone or replaced; nothing deleted", "pod", o.Pod.Name, "uid", a.PodUID)
 		return rollout.Action{Kind: rollout.Wait, Reason: rollout.ReasonPodTerminating, Drain: a.Drain, Replacement: a.Replacement, Message: a.Message, RequeueAfter: time.Second}, nil
 	case err != nil:
 		return a, fmt.Errorf("delete pod %s: %w", o.Pod.Name, err)

@@ -252,7 +252,7 @@ func TestCommitConflictDeletesNothing(t *testing.T) {
 
 // A failed stale pod's replacement is counted in the commit, before the
 // delete: a Conflict on that write loses neither the count nor the backoff,
-// and the delete carries the observed resourceVersion.
+// and the delete follows the commitment.
 func TestFailureCountSurvivesAConflict(t *testing.T) {
 	var calls atomic.Int32
 	w := newWorld(t, interceptor.Funcs{
@@ -278,8 +278,8 @@ func TestFailureCountSurvivesAConflict(t *testing.T) {
 	if s.Status.FailedReplacements != 1 || s.Status.LastFailedReplacementTime == nil {
 		t.Fatalf("failure bookkeeping = %d at %v, want 1 at %s", s.Status.FailedReplacements, s.Status.LastFailedReplacementTime, t0)
 	}
-	if len(w.deletes) != 1 || w.deletes[0].Preconditions.ResourceVersion == nil || *w.deletes[0].Preconditions.ResourceVersion == "" {
-		t.Fatalf("deletes = %+v, want one with a resourceVersion precondition", w.deletes)
+	if len(w.deletes) != 1 || w.deletes[0].Preconditions == nil || *w.deletes[0].Preconditions.UID != w.podUID {
+		t.Fatalf("deletes = %+v, want one with the pod's UID precondition", w.deletes)
 	}
 }
 
