@@ -45,10 +45,9 @@ const (
 	Wait Kind = "Wait"
 	// RequestDrain: write Action.Drain into status.drain.
 	RequestDrain Kind = "RequestDrain"
-	// Commit: confirm the step against the API server (decide again on the
-	// live Session and expect the same Commit), then write
-	// Action.Replacement into status.replacement with the live
-	// resourceVersion as a precondition, then delete the pod as DeletePod
+	// Commit: write Action.Replacement into status.replacement with the
+	// resourceVersion of the Session this decision was made on as a
+	// precondition (a compare-and-swap), then delete the pod as DeletePod
 	// does. From the commit on, the pod is replaced whoever acts next.
 	Commit Kind = "Commit"
 	// DeletePod: delete the pod with UID PodUID, with a UID precondition.

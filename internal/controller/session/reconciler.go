@@ -30,9 +30,9 @@ import (
 // Reconciler reconciles Sessions.
 type Reconciler struct {
 	Client client.Client
-	// APIReader reads from the API server, not the cache: a Drained report
-	// is confirmed on the server before its pod is deleted. Nil means
-	// Client.
+	// APIReader reads from the API server, not the cache: a pod missing
+	// from the cache is looked for there, and objects lull would create
+	// that exist but are not cached are read through it. Nil means Client.
 	APIReader client.Reader
 	Recorder  recorder.EventRecorder
 	// Clock is read once per reconcile; nil means the real clock.
@@ -214,8 +214,8 @@ func (r *Reconciler) pod(ctx context.Context, s *lullv1.Session) (*corev1.Pod, e
 }
 
 // execute carries out a; it returns the action as it was actually done (a
-// commit the API server does not confirm, or a delete it answers 404 or 409,
-// becomes a Wait) and whether it wrote the session's status. Events are
+// delete the API server answers 404 or 409 becomes a Wait) and whether it
+// wrote the session's status. Events are
 // recorded only after the step they describe succeeded.
 func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.Action) (rollout.Action, bool, error) {
 	switch a.Kind {
@@ -224,12 +224,11 @@ func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.
 		// Event is recorded once that write succeeded (see Reconcile).
 		return a, false, nil
 	case rollout.Commit:
-		done, err := r.commit(ctx, o, a)
-		if err != nil || !done {
-			return rollout.Action{Kind: rollout.Wait, Reason: rollout.ReasonDraining, Drain: a.Drain, Message: a.Message, RequeueAfter: time.Second}, false, err
+		if err := r.commit(ctx, o, a); err != nil {
+			return a, false, err
 		}
 		a.Kind = rollout.DeletePod
-		a, err = r.deletePod(ctx, o, a)
+		a, err := r.deletePod(ctx, o, a)
 		return a, true, err
 	case rollout.DeletePod:
 		a, err := r.deletePod(ctx, o, a)
@@ -238,37 +237,18 @@ func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.
 	return a, false, nil
 }
 
-// commit confirms a Commit against the API server and writes it: it reads
-// the session live, decides again on what it read, and writes the
-// replacement (with the failure bookkeeping, for a failed pod) only if the
-// live decision is the same commit, with the live resourceVersion as a
-// precondition. That makes the read and the write one compare-and-swap: a
-// Drained report that was withdrawn, or a runtime that reopened, in between
-// fails the write with a Conflict; and once the write has landed, no
-// controller withdraws the request (rollout.Decide finishes committed
-// replacements), so the runtime stays sealed until its pod is gone.
-// It returns false, nil when the live session no longer supports the step.
-func (r *Reconciler) commit(ctx context.Context, o rollout.Observed, a rollout.Action) (bool, error) {
-	live := &lullv1.Session{}
-	if err := r.reader().Get(ctx, client.ObjectKeyFromObject(o.Session), live); err != nil {
-		return false, client.IgnoreNotFound(err)
-	}
-	lo := o
-	lo.Session = live
-	la := rollout.Decide(lo)
-	if la.Kind != rollout.Commit || !sameCommit(la.Replacement, a.Replacement) {
-		log.FromContext(ctx).Info("the live session no longer supports the step; not replacing", "pod", o.Pod.Name, "step", a.Reason, "live", la.Reason)
-		return false, nil
-	}
-	if err := r.writeStatus(ctx, live, rollout.NextStatus(lo, la), la.Reason); err != nil {
-		return false, err
-	}
-	*o.Session = *live // the patch response: later steps see the committed status
-	return true, nil
-}
-
-func sameCommit(a, b *lullv1.Replacement) bool {
-	return a != nil && b != nil && a.PodUID == b.PodUID && a.Reason == b.Reason && a.RequestID == b.RequestID
+// commit writes a Commit: the replacement (with the failure bookkeeping,
+// for a failed pod) in a status patch whose precondition is the
+// resourceVersion of the very Session version the decision was made on.
+// The API server refuses it with a Conflict if the Session changed since
+// (the cache was behind, a second writer withdrew the request, the runtime
+// reopened and reported Serving), so the decision and the write are one
+// compare-and-swap: a commitment lands only on the state it was decided on.
+// Once it has landed, no controller withdraws the request (rollout.Decide
+// finishes committed replacements), and the runtime holds, until its pod is
+// gone.
+func (r *Reconciler) commit(ctx context.Context, o rollout.Observed, a rollout.Action) error {
+	return r.writeStatus(ctx, o.Session, rollout.NextStatus(o, a), a.Reason)
 }
 
 // deletePod deletes the pod named by a with a UID precondition. A 404 or

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -39,7 +40,6 @@ type world struct {
 	events   *events.FakeRecorder
 	clock    *clocktesting.FakePassiveClock
 	patches  atomic.Int32 // status patches that reached the store
-	reads    atomic.Int32 // session reads, for interceptors
 	deletes  []client.DeleteOptions
 	key      types.NamespacedName
 	podUID   types.UID
@@ -162,8 +162,8 @@ func drainedWorld(t *testing.T, funcs interceptor.Funcs) *world {
 	})
 }
 
-// A Drained report is committed (one status write, with the live
-// resourceVersion), then the pod is deleted with a UID precondition, and the
+// A Drained report is committed (one status write, with the observed
+// resourceVersion as a precondition), then the pod is deleted with a UID precondition, and the
 // Event follows the delete.
 func TestDrainedReportCommitsThenDeletes(t *testing.T) {
 	w := drainedWorld(t, interceptor.Funcs{})
@@ -191,39 +191,46 @@ func TestDrainedReportCommitsThenDeletes(t *testing.T) {
 	}
 }
 
-// The runtime reopens (its request withdrawn by another writer, then a
-// Serving report) between what the cache showed and the live read: nothing
-// is committed or deleted.
-func TestCommitRefusedWhenTheLiveReportNoLongerStands(t *testing.T) {
-	var w *world
-	w = drainedWorld(t, interceptor.Funcs{
+// The cache still shows a Drained report, but on the API server another
+// writer has withdrawn the request and the runtime has reopened (Serving,
+// a turn in flight). The commitment is written with the cached version as a
+// precondition, so the API server refuses it: nothing is committed or
+// deleted.
+func TestCommitRefusedWhenTheSessionMovedOn(t *testing.T) {
+	var stale *lullv1.Session
+	w := drainedWorld(t, interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
-			if err := c.Get(ctx, key, o, opts...); err != nil {
-				return err
+			if s, ok := o.(*lullv1.Session); ok && stale != nil {
+				stale.DeepCopyInto(s) // the lagging cache
+				return nil
 			}
-			if s, ok := o.(*lullv1.Session); ok && w.r != nil && w.reads.Add(1) == 2 {
-				// The second read of the session is the live one.
-				s.Status.Drain = nil
-				s.Status.Runtime = &lullv1.RuntimeReport{PodUID: w.podUID, State: lullv1.RuntimeServing, ActiveTurns: 1}
-			}
-			return nil
+			return c.Get(ctx, key, o, opts...)
 		},
 	})
-	if _, err := w.reconcile(); err != nil {
+	cached := w.session()
+	live := cached.DeepCopy()
+	live.Status.Drain = nil
+	live.Status.Runtime = &lullv1.RuntimeReport{PodUID: w.podUID, State: lullv1.RuntimeServing, ActiveTurns: 1}
+	if err := w.c.Status().Update(context.Background(), live); err != nil {
 		t.Fatal(err)
 	}
+	stale = cached
+	if _, err := w.reconcile(); err == nil || !apierrors.IsConflict(errors.Unwrap(err)) && !strings.Contains(err.Error(), "conflict") && !strings.Contains(err.Error(), "modified") {
+		t.Fatalf("reconcile on a stale cache = %v, want the commitment refused with a Conflict", err)
+	}
+	stale = nil
 	if len(w.deletes) != 0 || !w.podExists() {
-		t.Fatal("pod deleted although the live session no longer held a Drained report")
+		t.Fatal("pod deleted although the Session on the API server no longer held a Drained report")
 	}
 	if s := w.session(); s.Status.Replacement != nil {
-		t.Fatalf("committed without a standing report: %+v", s.Status.Replacement)
+		t.Fatalf("committed on a stale view: %+v", s.Status.Replacement)
 	}
 	if got := w.eventReasons(); len(got) != 0 {
 		t.Errorf("events = %v, want none: nothing happened", got)
 	}
 }
 
-// A second writer changes the session between the live read and the commit
+// A second writer changes the session between the read and the commit
 // write: the write meets a Conflict, nothing is deleted, and the next
 // reconcile commits and deletes.
 func TestCommitConflictDeletesNothing(t *testing.T) {
