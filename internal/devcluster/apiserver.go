@@ -79,24 +79,7 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	c.procs = slices.Insert(c.procs, min(idx, len(c.procs)), p)
 	c.mu.Unlock()
 	c.progress("kube-apiserver restarted on %s", t, c.Server)
-	// kwok stands in for the kubelet; its retries of stage patches the
-	// stopped API server refused are bounded, after which a pod can stay
-	// in its stage for good. A kubelet resyncs every pod once it reaches
-	// the API server again; restarting kwok (which lists every pod and
-	// node afresh) does the same.
-	return c.restartKwok(ctx)
-}
-
-// restartKwok stops kwok and starts it again with the same node.
-func (c *Cluster) restartKwok(ctx context.Context) error {
-	if old, _ := c.running(ComponentKwok); old != nil {
-		c.discard(old)
-	}
-	client, err := kubernetes.NewForConfig(c.Config)
-	if err != nil {
-		return err
-	}
-	return c.startKwokAndNode(ctx, client)
+	return nil
 }
 
 // running returns the running process of a component and its index in

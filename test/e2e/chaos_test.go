@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/scenario"
 )
 
@@ -120,5 +124,25 @@ func TestChaosRollouts(t *testing.T) {
 	}
 	if want := n * rollouts; len(rep.Deletions) < want {
 		t.Errorf("%d pods replaced, want at least %d (every session, every rollout)", len(rep.Deletions), want)
+	}
+	removeSessions(t, ns)
+}
+
+// removeSessions deletes the sessions of ns once they have been audited, so
+// their runtime processes do not load the machine for the tests that
+// follow. The pods the garbage collector deletes with them are exempted
+// from the audit: that deletion is the user's, not a rollout's.
+func removeSessions(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		auditor.Exempt(p.UID, "its session was deleted at the end of the test")
+	}
+	if err := c.DeleteAllOf(ctx, &lullv1.Session{}, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
 	}
 }
