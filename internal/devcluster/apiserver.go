@@ -79,7 +79,14 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	c.procs = slices.Insert(c.procs, min(idx, len(c.procs)), p)
 	c.mu.Unlock()
 	c.progress("kube-apiserver restarted on %s", t, c.Server)
-	return nil
+	// kube-scheduler v1.37 meets a restarted API server before its RBAC
+	// bootstrap has finished: its watches are refused (Forbidden) and, on
+	// this machine, it was seen to schedule nothing afterwards. A control
+	// plane restart restarts it too; so does this one.
+	if old, _ := c.running(ComponentScheduler); old != nil {
+		c.discard(old)
+	}
+	return c.startScheduler(ctx)
 }
 
 // running returns the running process of a component and its index in
