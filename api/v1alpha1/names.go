@@ -58,6 +58,41 @@ const (
 	EnvSessionNamespace = "LULL_SESSION_NAMESPACE"
 	EnvPodName          = "LULL_POD_NAME"
 	EnvPodUID           = "LULL_POD_UID"
+
+	// EnvAgentSocket, set only when the template injects the agent
+	// sidecar, is the path of the agent's unix socket in the runtime
+	// container (AgentSocketPath).
+	EnvAgentSocket = "LULL_AGENT_SOCKET"
+)
+
+// The injected agent sidecar (SessionTemplate spec.agent): a native
+// sidecar, an init container with restartPolicy Always, that holds the
+// session's ServiceAccount token and speaks the drain protocol for a
+// runtime that only speaks HTTP to a unix socket.
+const (
+	// AgentContainerName is the sidecar's name; no container of the
+	// template may use it.
+	AgentContainerName = "lull-agent"
+
+	// AgentSocketVolume is the emptyDir shared by the sidecar and the
+	// runtime container, mounted at AgentSocketDir in both.
+	AgentSocketVolume = "lull-agent-socket"
+	AgentSocketDir    = "/run/lull"
+	AgentSocketPath   = AgentSocketDir + "/agent.sock"
+
+	// AgentStateVolume is the emptyDir only the sidecar mounts, at
+	// AgentStateDir: the agent's turn table survives a sidecar restart, and
+	// the runtime container cannot rewrite it.
+	AgentStateVolume = "lull-agent-state"
+	AgentStateDir    = "/var/lib/lull-agent"
+	AgentStateFile   = AgentStateDir + "/turns.json"
+
+	// AgentTokenVolume is the projected ServiceAccount token, mounted only
+	// in the sidecar at the in-cluster path client-go reads
+	// (AgentTokenDir); the pod sets automountServiceAccountToken false, so
+	// the runtime container has no token.
+	AgentTokenVolume = "lull-agent-token"
+	AgentTokenDir    = "/var/run/secrets/kubernetes.io/serviceaccount"
 )
 
 // RuntimeIdentityName is the name of the ServiceAccount, Role and
