@@ -21,7 +21,7 @@ tools:
 
 generate:
 	$(GO) tool controller-gen object paths=./api/...
-	$(GO) tool controller-gen crd paths=./api/... output:crd:dir=config/crd/bases
+	$(GO) tool controller-gen crd:generateEmbeddedObjectMeta=true paths=./api/... output:crd:dir=config/crd/bases
 	$(GO) tool controller-gen rbac:roleName=lull-controller paths=./internal/... output:rbac:dir=config/rbac
 
 # Fails when the committed CRDs, RBAC or deepcopy code differ from the markers.

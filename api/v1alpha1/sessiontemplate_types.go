@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -18,50 +19,6 @@ const (
 	UpdateStrategyDrain UpdateStrategy = "Drain"
 )
 
-// RuntimeSpec is the container a session's pod runs. Every session of a
-// template runs the same RuntimeSpec; changing it creates a new revision.
-type RuntimeSpec struct {
-	// Image is the container image of the runtime.
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=512
-	// +kubebuilder:validation:XValidation:rule="!self.matches('[[:space:]]')",message="spec.runtime.image must not contain whitespace"
-	Image string `json:"image"`
-
-	// Command overrides the image's entrypoint.
-	// +optional
-	// +kubebuilder:validation:MaxItems=64
-	Command []string `json:"command,omitempty"`
-
-	// Args are the arguments to the entrypoint.
-	// +optional
-	// +kubebuilder:validation:MaxItems=256
-	Args []string `json:"args,omitempty"`
-
-	// Env is added to the runtime container's environment. Names starting
-	// with LULL_ are reserved for what lull tells the runtime.
-	// +optional
-	// +listType=map
-	// +listMapKey=name
-	// +kubebuilder:validation:MaxItems=128
-	// +kubebuilder:validation:XValidation:rule="self.all(e, !e.name.startsWith('LULL_'))",message="spec.runtime.env: names starting with LULL_ are reserved for lull; rename the variable"
-	Env []corev1.EnvVar `json:"env,omitempty"`
-
-	// Resources are the runtime container's compute requests and limits.
-	// +optional
-	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
-
-	// Ports the runtime listens on; the session's headless Service exposes
-	// them. With more than one port, each needs a name (a Service requires
-	// it).
-	// +optional
-	// +listType=map
-	// +listMapKey=containerPort
-	// +listMapKey=protocol
-	// +kubebuilder:validation:MaxItems=32
-	// +kubebuilder:validation:XValidation:rule="self.size() <= 1 || self.all(p, has(p.name) && p.name != '')",message="spec.runtime.ports: with more than one port, every port needs a name (the session's Service requires it)"
-	Ports []corev1.ContainerPort `json:"ports,omitempty"`
-}
-
 // UpdatePolicy says how sessions move to a new revision of their template.
 type UpdatePolicy struct {
 	// Strategy is how a running stale session is updated. Drain (the
@@ -71,11 +28,78 @@ type UpdatePolicy struct {
 	Strategy UpdateStrategy `json:"strategy,omitempty"`
 }
 
-// SessionTemplateSpec is the runtime shared by the sessions that reference
-// the template and the policy for rolling it out.
+// DefaultAgentImage is the image of the injected agent sidecar when
+// spec.agent.image is not given.
+const DefaultAgentImage = "ghcr.io/lull-dev/lull:v0.1.0"
+
+// AgentSpec injects `lull agent` into every session pod as a Kubernetes
+// native sidecar (an init container with restartPolicy Always, Kubernetes
+// 1.29 and later): it speaks the drain protocol for a runtime that only
+// speaks HTTP to a unix socket, and it alone holds the session's
+// ServiceAccount token. See docs/templates.md.
+type AgentSpec struct {
+	// Image is the image that runs `lull agent`. Changing it is a new
+	// revision: every session's pod is replaced, between its turns.
+	// +optional
+	// +kubebuilder:default="ghcr.io/lull-dev/lull:v0.1.0"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="!self.matches('[[:space:]]')",message="spec.agent.image must not contain whitespace"
+	Image string `json:"image,omitempty"`
+
+	// Resources of the sidecar container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// SessionTemplateSpec is the pod shared by the sessions that reference the
+// template and the policy for rolling it out.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.volumeClaimTemplates) == has(oldSelf.volumeClaimTemplates) && (!has(self.volumeClaimTemplates) || self.volumeClaimTemplates == oldSelf.volumeClaimTemplates)",message="spec.volumeClaimTemplates cannot be changed, as on a StatefulSet: every session keeps the claims it was created with; create a new SessionTemplate for sessions that need other claims"
+// +kubebuilder:validation:XValidation:rule="!has(self.agent) || !has(self.template.spec.initContainers) || self.template.spec.initContainers.all(c, c.name != 'lull-agent')",message="spec.template.spec.initContainers: the name lull-agent is the injected agent sidecar's; rename the container"
 type SessionTemplateSpec struct {
-	// Runtime is the container every session of this template runs.
-	Runtime RuntimeSpec `json:"runtime"`
+	// Template is the pod every session of this template runs, as a
+	// Deployment's or StatefulSet's spec.template. Exactly one container is
+	// the runtime: the one named "runtime". lull adds what it owns: the
+	// session's ServiceAccount, the LULL_* environment of the runtime
+	// container, its labels, and (with spec.agent) the agent sidecar;
+	// everything else passes through untouched. Changing it creates a new
+	// revision.
+	// +kubebuilder:validation:XValidation:rule="self.spec.containers.exists_one(c, c.name == 'runtime')",message="spec.template.spec.containers: exactly one container must be named runtime: it is the session's runtime, drained between turns"
+	// +kubebuilder:validation:XValidation:rule="self.spec.containers.all(c, c.name != 'runtime' || (has(c.image) && c.image != ''))",message="spec.template.spec.containers[runtime].image: the runtime container needs an image"
+	// +kubebuilder:validation:XValidation:rule="!has(self.spec.serviceAccountName) || self.spec.serviceAccountName == ''",message="spec.template.spec.serviceAccountName: lull runs every session as its own ServiceAccount (lull-runtime-<session>); remove the field"
+	// +kubebuilder:validation:XValidation:rule="!has(self.spec.serviceAccount) || self.spec.serviceAccount == ''",message="spec.template.spec.serviceAccount: lull runs every session as its own ServiceAccount (lull-runtime-<session>); remove the field"
+	// +kubebuilder:validation:XValidation:rule="!has(self.spec.automountServiceAccountToken)",message="spec.template.spec.automountServiceAccountToken: lull sets it (true for a runtime that reports itself, false with spec.agent, where only the sidecar holds the token); remove the field"
+	// +kubebuilder:validation:XValidation:rule="!has(self.spec.restartPolicy) || self.spec.restartPolicy == 'Always'",message="spec.template.spec.restartPolicy: a session pod runs until lull replaces it; remove the field or set Always"
+	// +kubebuilder:validation:XValidation:rule="!has(self.metadata) || !has(self.metadata.labels) || self.metadata.labels.all(k, !k.startsWith('lull.dev/'))",message="spec.template.metadata.labels: keys with the prefix lull.dev/ are lull's (session, template, revision); rename the label"
+	// +kubebuilder:validation:XValidation:rule="self.spec.containers.all(c, c.name != 'lull-agent') && (!has(self.spec.initContainers) || self.spec.initContainers.all(c, c.name != 'lull-agent'))",message="spec.template.spec: the container name lull-agent is reserved for the injected agent sidecar; rename the container"
+	// +kubebuilder:validation:XValidation:rule="!has(self.spec.volumes) || self.spec.volumes.all(v, !v.name.startsWith('lull-'))",message="spec.template.spec.volumes: names starting with lull- are reserved for the volumes lull adds; rename the volume"
+	Template corev1.PodTemplateSpec `json:"template"`
+
+	// VolumeClaimTemplates become the claim templates of every session's
+	// StatefulSet: each session gets its own PersistentVolumeClaims,
+	// named <claim>-<session>-0, kept across every replacement of its pod.
+	// Mount them from the runtime container by the claim template's name.
+	// They cannot be changed once set (as on a StatefulSet).
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(c, has(c.metadata) && has(c.metadata.name) && c.metadata.name != '')",message="spec.volumeClaimTemplates: every claim template needs metadata.name (the name its volume is mounted by)"
+	VolumeClaimTemplates []corev1.PersistentVolumeClaim `json:"volumeClaimTemplates,omitempty"`
+
+	// PersistentVolumeClaimRetentionPolicy says what happens to a session's
+	// claims, as the StatefulSet field of that name: whenDeleted applies
+	// when the Session is deleted, whenScaled when it is suspended. The
+	// default deletes them with the Session and keeps them while it is
+	// suspended.
+	// +optional
+	// +kubebuilder:default={whenDeleted: Delete, whenScaled: Retain}
+	PersistentVolumeClaimRetentionPolicy *appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy `json:"persistentVolumeClaimRetentionPolicy,omitempty"`
+
+	// Agent, when set (`agent: {}` takes the defaults), injects the lull
+	// agent as a native sidecar; the runtime container finds its socket in
+	// LULL_AGENT_SOCKET and has no ServiceAccount token.
+	// +optional
+	Agent *AgentSpec `json:"agent,omitempty"`
 
 	// UpdatePolicy says how running sessions move to a new revision.
 	// +optional
@@ -90,9 +114,10 @@ type SessionTemplateStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Revision identifies the template's current runtime: the first 10 hex
-	// characters of the SHA-256 of spec.runtime. Session pods carry it in
-	// the lull.dev/template-revision label.
+	// Revision identifies the template's current pod: the first 10 hex
+	// characters of the SHA-256 of spec.template, spec.volumeClaimTemplates
+	// and spec.agent. Session pods carry it in the
+	// lull.dev/template-revision label.
 	// +optional
 	Revision string `json:"revision,omitempty"`
 
@@ -129,14 +154,14 @@ type SessionTemplateStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
-// SessionTemplate is the runtime many sessions share: the unit that is
+// SessionTemplate is the pod many sessions share: the unit that is
 // updated and rolled out.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=stpl,categories=lull
 // +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.revision`
-// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.runtime.image`
+// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.template.spec.containers[?(@.name=="runtime")].image`
 // +kubebuilder:printcolumn:name="Strategy",type=string,JSONPath=`.spec.updatePolicy.strategy`
 // +kubebuilder:printcolumn:name="Sessions",type=integer,JSONPath=`.status.sessions`
 // +kubebuilder:printcolumn:name="Current",type=integer,JSONPath=`.status.current`
@@ -163,4 +188,15 @@ type SessionTemplateList struct {
 
 func init() {
 	SchemeBuilder.Register(&SessionTemplate{}, &SessionTemplateList{})
+}
+
+// RuntimeContainer returns the container of spec.template named runtime
+// (RuntimeContainerName), or nil when there is none.
+func (t *SessionTemplate) RuntimeContainer() *corev1.Container {
+	for i := range t.Spec.Template.Spec.Containers {
+		if t.Spec.Template.Spec.Containers[i].Name == RuntimeContainerName {
+			return &t.Spec.Template.Spec.Containers[i]
+		}
+	}
+	return nil
 }

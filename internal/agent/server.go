@@ -156,6 +156,11 @@ type Options struct {
 	Listen string
 	// StateFile is where the agent keeps its turns; see Open.
 	StateFile string
+	// SocketMode is the permission of a unix socket; zero means 0660. The
+	// injected sidecar uses 0666: its socket directory is an emptyDir only
+	// the pod's runtime container shares, and that container may run as
+	// any user.
+	SocketMode os.FileMode
 	// Log receives the agent's logs; nil means slog.Default().
 	Log *slog.Logger
 }
@@ -180,7 +185,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer srv.Close()
-	ln, err := Listen(o.Listen)
+	ln, err := ListenMode(o.Listen, o.SocketMode)
 	if err != nil {
 		return err
 	}
@@ -198,9 +203,16 @@ func Run(ctx context.Context, o Options) error {
 // is refused: the API is unauthenticated. A stale socket file left by an
 // earlier agent is replaced; a socket another process still serves is not.
 // The socket is made readable and writable by owner and group (0660).
-func Listen(addr string) (net.Listener, error) {
+func Listen(addr string) (net.Listener, error) { return ListenMode(addr, 0) }
+
+// ListenMode is Listen with the unix socket's permission given; zero means
+// 0660.
+func ListenMode(addr string, mode os.FileMode) (net.Listener, error) {
+	if mode == 0 {
+		mode = 0o660
+	}
 	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
-		return listenUnix(path)
+		return listenUnix(path, mode)
 	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -212,7 +224,7 @@ func Listen(addr string) (net.Listener, error) {
 	return net.Listen("tcp", addr)
 }
 
-func listenUnix(path string) (net.Listener, error) {
+func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
 	if path == "" {
 		return nil, errors.New("listen address unix://: want unix:///path/agent.sock")
 	}
@@ -229,7 +241,7 @@ func listenUnix(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(path, 0o660); err != nil {
+	if err := os.Chmod(path, mode); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("socket permissions: %w", err)
 	}

@@ -40,6 +40,18 @@ func unixClient(path string) *http.Client {
 	}}
 }
 
+func TestUnixSocketMode(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	ln, err := ListenMode("unix://"+path, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o666 {
+		t.Errorf("socket %v (%v), want mode 0666", fi, err)
+	}
+}
+
 func TestUnixSocket(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "agent.sock")
 	ln, err := Listen("unix://" + path)

@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -16,7 +18,7 @@ func init() { subcommands = append(subcommands, newAgentCommand) }
 // newAgentCommand returns `lull agent`, the drain sidecar for runtimes in
 // any language.
 func newAgentCommand() *cobra.Command {
-	var listen, stateFile string
+	var listen, stateFile, socketMode string
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the drain sidecar that serves a session runtime's turn gate over local HTTP",
@@ -51,11 +53,17 @@ through KUBECONFIG if set, else the pod's service account.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			return agent.Run(ctx, agent.Options{Listen: listen, StateFile: stateFile, Log: log})
+			mode, err := strconv.ParseUint(socketMode, 8, 32)
+			if err != nil || mode > 0o777 {
+				return fmt.Errorf("--socket-mode %q: want an octal permission such as 0660", socketMode)
+			}
+			return agent.Run(ctx, agent.Options{Listen: listen, StateFile: stateFile, SocketMode: os.FileMode(mode), Log: log})
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", agent.DefaultListen,
 		"address of the agent API: host:port on loopback, or unix:///path/agent.sock")
+	cmd.Flags().StringVar(&socketMode, "socket-mode", "0660",
+		"permission of the unix socket, in octal; 0666 when only the pod's runtime container shares its directory and may run as another user")
 	defaultStateFile := agent.DefaultStateFile
 	if v := os.Getenv(agent.EnvStateFile); v != "" {
 		defaultStateFile = v

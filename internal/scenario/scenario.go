@@ -45,7 +45,9 @@ func Template(ns, name, image string, args ...string) *lullv1.SessionTemplate {
 	return &lullv1.SessionTemplate{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: lullv1.SessionTemplateSpec{
-			Runtime:      lullv1.RuntimeSpec{Image: image, Args: args},
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{
+				{Name: lullv1.RuntimeContainerName, Image: image, Args: args},
+			}}},
 			UpdatePolicy: lullv1.UpdatePolicy{Strategy: lullv1.UpdateStrategyDrain},
 		},
 	}
@@ -75,7 +77,11 @@ func SetImage(ctx context.Context, c client.Client, ns, template, image string) 
 		return err
 	}
 	patch := client.MergeFrom(t.DeepCopy())
-	t.Spec.Runtime.Image = image
+	rt := t.RuntimeContainer()
+	if rt == nil {
+		return fmt.Errorf("SessionTemplate %s has no container named %s", template, lullv1.RuntimeContainerName)
+	}
+	rt.Image = image
 	return c.Patch(ctx, t, patch)
 }
 

@@ -32,7 +32,7 @@ func TestRenderProblemsBecomeConditions(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := scenario.Template(ns, "bad-resources", "example.com/lull/turnrunner:v1")
-	bad.Spec.Runtime.Resources = corev1.ResourceRequirements{
+	bad.RuntimeContainer().Resources = corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")},
 		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
 	}

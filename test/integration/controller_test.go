@@ -89,8 +89,8 @@ func TestController(t *testing.T) {
 	n := runs.Add(1)
 
 	tpl := newTemplate(ns, fmt.Sprintf("tpl%d", n), "example.com/runtime:v1")
-	tpl.Spec.Runtime.Env = []corev1.EnvVar{{Name: "MODE", Value: "test"}}
-	tpl.Spec.Runtime.Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}}
+	tpl.RuntimeContainer().Env = []corev1.EnvVar{{Name: "MODE", Value: "test"}}
+	tpl.RuntimeContainer().Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}}
 	if err := admin.Create(ctx, tpl); err != nil {
 		t.Fatal(err)
 	}
@@ -153,8 +153,8 @@ func TestController(t *testing.T) {
 			t.Errorf("pod serviceAccountName = %q, want %q", ps.ServiceAccountName, identity)
 		}
 		c := runtimeContainer(t, sts)
-		if c.Image != tpl.Spec.Runtime.Image {
-			t.Errorf("image = %q, want %q", c.Image, tpl.Spec.Runtime.Image)
+		if c.Image != tpl.RuntimeContainer().Image {
+			t.Errorf("image = %q, want %q", c.Image, tpl.RuntimeContainer().Image)
 		}
 		env := map[string]corev1.EnvVar{}
 		for _, e := range c.Env {
@@ -376,11 +376,11 @@ func TestController(t *testing.T) {
 func runtimeContainer(t *testing.T, sts *appsv1.StatefulSet) corev1.Container {
 	t.Helper()
 	for _, c := range sts.Spec.Template.Spec.Containers {
-		if c.Name == session.RuntimeContainer {
+		if c.Name == lullv1.RuntimeContainerName {
 			return c
 		}
 	}
-	t.Fatalf("StatefulSet %s has no %q container", sts.Name, session.RuntimeContainer)
+	t.Fatalf("StatefulSet %s has no %q container", sts.Name, lullv1.RuntimeContainerName)
 	return corev1.Container{}
 }
 
@@ -432,7 +432,7 @@ func createPodWithStatus(t *testing.T, sts *appsv1.StatefulSet, revision string,
 			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
 		},
 		ContainerStatuses: []corev1.ContainerStatus{{
-			Name: session.RuntimeContainer, Image: pod.Spec.Containers[0].Image, Ready: true, Started: ptr.To(true),
+			Name: lullv1.RuntimeContainerName, Image: pod.Spec.Containers[0].Image, Ready: true, Started: ptr.To(true),
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
 		}},
 	}

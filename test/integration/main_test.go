@@ -179,7 +179,7 @@ func newSession(ns, name, tpl string) *lullv1.Session {
 func newTemplate(ns, name, image string) *lullv1.SessionTemplate {
 	return &lullv1.SessionTemplate{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       lullv1.SessionTemplateSpec{Runtime: lullv1.RuntimeSpec{Image: image}},
+		Spec:       lullv1.SessionTemplateSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: lullv1.RuntimeContainerName, Image: image}}}}},
 	}
 }
 

@@ -7,11 +7,25 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 )
+
+// workspaceClaim is a claim template of the given name and size.
+func workspaceClaim(name, size string) corev1.PersistentVolumeClaim {
+	return corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
+		},
+	}
+}
 
 // TestCRDValidation checks that the API server refuses bad SessionTemplates
 // and Sessions with an Invalid error whose message names the field, and
@@ -27,12 +41,21 @@ func TestCRDValidation(t *testing.T) {
 		t.Fatalf("create session: %v", err)
 	}
 
-	withEnv := newTemplate(ns, "bad-env", "example.com/rt:v1")
-	withEnv.Spec.Runtime.Env = []corev1.EnvVar{{Name: "OK", Value: "1"}, {Name: "LULL_X", Value: "1"}}
-	twoPorts := newTemplate(ns, "two-ports", "example.com/rt:v1")
-	twoPorts.Spec.Runtime.Ports = []corev1.ContainerPort{{ContainerPort: 8080, Protocol: corev1.ProtocolTCP}, {ContainerPort: 9090, Protocol: corev1.ProtocolTCP}}
-	badStrategy := newTemplate(ns, "bad-strategy", "example.com/rt:v1")
-	badStrategy.Spec.UpdatePolicy.Strategy = "Sometimes"
+	tpl := func(name string, edit func(t *lullv1.SessionTemplate)) *lullv1.SessionTemplate {
+		t := newTemplate(ns, name, "example.com/rt:v1")
+		edit(t)
+		return t
+	}
+	podSpec := func(t *lullv1.SessionTemplate) *corev1.PodSpec { return &t.Spec.Template.Spec }
+	sidecar := corev1.Container{Name: "proxy", Image: "example.com/proxy:v1"}
+
+	// An existing template, for the update cases.
+	withClaim := tpl("with-claim", func(t *lullv1.SessionTemplate) {
+		t.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{workspaceClaim("workspace", "1Gi")}
+	})
+	if err := admin.Create(ctx, withClaim); err != nil {
+		t.Fatalf("create template: %v", err)
+	}
 
 	cases := []struct {
 		name string
@@ -43,24 +66,87 @@ func TestCRDValidation(t *testing.T) {
 		field []string
 	}{
 		{
-			name:  "template with empty image",
+			name:  "template with empty runtime image",
 			write: create(newTemplate(ns, "empty-image", "")),
-			field: []string{"spec.runtime.image"},
+			field: []string{"spec.template.spec.containers[runtime].image", "needs an image"},
 		},
 		{
-			name:  "template with a space in the image",
-			write: create(newTemplate(ns, "space-image", "example.com/rt: v1")),
-			field: []string{"spec.runtime.image", "must not contain whitespace"},
+			name:  "template without a runtime container",
+			write: create(tpl("no-runtime", func(t *lullv1.SessionTemplate) { podSpec(t).Containers[0].Name = "main" })),
+			field: []string{"spec.template.spec.containers", "exactly one container must be named runtime"},
 		},
 		{
-			name:  "template with a tab and a newline in the image",
-			write: create(newTemplate(ns, "tab-image", "a\tb\n")),
-			field: []string{"spec.runtime.image", "must not contain whitespace"},
+			name: "template with two runtime containers",
+			write: create(tpl("two-runtimes", func(t *lullv1.SessionTemplate) {
+				podSpec(t).Containers = append(podSpec(t).Containers, podSpec(t).Containers[0])
+			})),
+			field: []string{"spec.template.spec.containers"},
 		},
 		{
-			name:  "template with two unnamed ports",
-			write: create(twoPorts),
-			field: []string{"spec.runtime.ports", "every port needs a name"},
+			name:  "template with a serviceAccountName",
+			write: create(tpl("own-sa", func(t *lullv1.SessionTemplate) { podSpec(t).ServiceAccountName = "mine" })),
+			field: []string{"spec.template.spec.serviceAccountName", "remove the field"},
+		},
+		{
+			name:  "template that sets automountServiceAccountToken",
+			write: create(tpl("automount", func(t *lullv1.SessionTemplate) { podSpec(t).AutomountServiceAccountToken = ptr.To(false) })),
+			field: []string{"spec.template.spec.automountServiceAccountToken", "remove the field"},
+		},
+		{
+			name:  "template with restartPolicy OnFailure",
+			write: create(tpl("restart", func(t *lullv1.SessionTemplate) { podSpec(t).RestartPolicy = corev1.RestartPolicyOnFailure })),
+			field: []string{"spec.template.spec.restartPolicy", "Always"},
+		},
+		{
+			name: "template with one of lull's labels",
+			write: create(tpl("lull-label", func(t *lullv1.SessionTemplate) {
+				t.Spec.Template.Labels = map[string]string{"app": "agent", lullv1.LabelSession: "x"}
+			})),
+			field: []string{"spec.template.metadata.labels", "lull.dev/"},
+		},
+		{
+			name: "template with a sidecar named like lull's agent",
+			write: create(tpl("agent-name", func(t *lullv1.SessionTemplate) {
+				c := sidecar
+				c.Name = lullv1.AgentContainerName
+				podSpec(t).Containers = append(podSpec(t).Containers, c)
+			})),
+			field: []string{"spec.template.spec", "lull-agent is reserved"},
+		},
+		{
+			name: "template with a volume named with lull's prefix",
+			write: create(tpl("lull-volume", func(t *lullv1.SessionTemplate) {
+				podSpec(t).Volumes = []corev1.Volume{{Name: "lull-cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+			})),
+			field: []string{"spec.template.spec.volumes", "reserved"},
+		},
+		{
+			name: "claim template without a name",
+			write: create(tpl("nameless-claim", func(t *lullv1.SessionTemplate) {
+				t.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{workspaceClaim("", "1Gi")}
+			})),
+			field: []string{"spec.volumeClaimTemplates", "needs metadata.name"},
+		},
+		{
+			name: "changing the claim templates of a template",
+			write: func(ctx context.Context) error {
+				changed := withClaim.DeepCopy()
+				changed.Spec.VolumeClaimTemplates[0] = workspaceClaim("workspace", "2Gi")
+				return admin.Update(ctx, changed)
+			},
+			field: []string{"spec.volumeClaimTemplates cannot be changed"},
+		},
+		{
+			name: "adding claim templates to a template",
+			write: func(ctx context.Context) error {
+				cur := &lullv1.SessionTemplate{}
+				if err := admin.Get(ctx, client.ObjectKeyFromObject(withClaim), cur); err != nil {
+					return err
+				}
+				cur.Spec.VolumeClaimTemplates = append(cur.Spec.VolumeClaimTemplates, workspaceClaim("cache", "1Gi"))
+				return admin.Update(ctx, cur)
+			},
+			field: []string{"spec.volumeClaimTemplates cannot be changed"},
 		},
 		{
 			name:  "template name longer than 63 characters",
@@ -69,13 +155,8 @@ func TestCRDValidation(t *testing.T) {
 		},
 		{
 			name:  "template with an unknown update strategy",
-			write: create(badStrategy),
+			write: create(tpl("bad-strategy", func(t *lullv1.SessionTemplate) { t.Spec.UpdatePolicy.Strategy = "Sometimes" })),
 			field: []string{"spec.updatePolicy.strategy", `"Sometimes"`},
-		},
-		{
-			name:  "template with a LULL_ env var",
-			write: create(withEnv),
-			field: []string{"spec.runtime.env", "reserved for lull"},
 		},
 		{
 			name: "session without templateRef",
@@ -166,18 +247,27 @@ func TestCRDValidation(t *testing.T) {
 	t.Run("good template is accepted and defaulted", func(t *testing.T) {
 		// Typed: the Go client sends updatePolicy: {}.
 		typed := newTemplate(ns, "good", "example.com/rt:v1")
-		typed.Spec.Runtime.Env = []corev1.EnvVar{{Name: "MODE", Value: "fast"}}
+		typed.RuntimeContainer().Env = []corev1.EnvVar{{Name: "MODE", Value: "fast"}}
+		typed.Spec.Agent = &lullv1.AgentSpec{}
 		if err := admin.Create(t.Context(), typed); err != nil {
 			t.Fatalf("create good template: %v", err)
 		}
 		if typed.Spec.UpdatePolicy.Strategy != lullv1.UpdateStrategyDrain {
 			t.Errorf("updatePolicy.strategy = %q, want the default %q", typed.Spec.UpdatePolicy.Strategy, lullv1.UpdateStrategyDrain)
 		}
+		if typed.Spec.Agent.Image != lullv1.DefaultAgentImage {
+			t.Errorf("agent.image = %q, want the default %q", typed.Spec.Agent.Image, lullv1.DefaultAgentImage)
+		}
+		if p := typed.Spec.PersistentVolumeClaimRetentionPolicy; p == nil || p.WhenDeleted != "Delete" || p.WhenScaled != "Retain" {
+			t.Errorf("persistentVolumeClaimRetentionPolicy = %+v, want the default whenDeleted Delete, whenScaled Retain", p)
+		}
 		// Untyped, without updatePolicy at all.
 		u := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": lullv1.GroupVersion.String(), "kind": "SessionTemplate",
 			"metadata": map[string]any{"name": "good-minimal", "namespace": ns},
-			"spec":     map[string]any{"runtime": map[string]any{"image": "example.com/rt:v1"}},
+			"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
+				"containers": []any{map[string]any{"name": "runtime", "image": "example.com/rt:v1"}},
+			}}},
 		}}
 		if err := admin.Create(t.Context(), u); err != nil {
 			t.Fatalf("create minimal template: %v", err)

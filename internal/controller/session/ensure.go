@@ -23,6 +23,12 @@ func (e errNotOwned) Error() string {
 	return fmt.Sprintf("%s %s exists and is not owned by this session; delete or rename it", e.kind, e.name)
 }
 
+// errInvalidTemplate wraps the field errors of a template that collides with
+// what lull adds to a session pod (see Validate).
+type errInvalidTemplate struct{ err error }
+
+func (e errInvalidTemplate) Error() string { return e.err.Error() }
+
 // ensure makes the object named like desired match it: created (with the
 // session as controller owner) when absent, updated when the spec hash lull
 // stamped differs or lull's labels are missing, left alone otherwise.
@@ -124,11 +130,18 @@ func ensureService(ctx context.Context, c client.Client, live client.Reader, s *
 // current runtime at once: the StatefulSet controller then publishes the new
 // update revision, and the rollout decides when the pod moves to it.
 func ensureStatefulSet(ctx context.Context, c client.Client, live client.Reader, s *lullv1.Session, t *lullv1.SessionTemplate, replicas int32) (*appsv1.StatefulSet, error) {
+	desired, err := StatefulSet(s, t, replicas)
+	if err != nil {
+		return nil, errInvalidTemplate{err}
+	}
 	existing := &appsv1.StatefulSet{}
-	err := ensure(ctx, c, live, s, StatefulSet(s, t, replicas), existing, "StatefulSet", func(dst, src *appsv1.StatefulSet) {
+	// Claim templates are immutable on a StatefulSet (and on a
+	// SessionTemplate); the retention policy is not.
+	err = ensure(ctx, c, live, s, desired, existing, "StatefulSet", func(dst, src *appsv1.StatefulSet) {
 		dst.Spec.Replicas = src.Spec.Replicas
 		dst.Spec.Template = src.Spec.Template
 		dst.Spec.UpdateStrategy = src.Spec.UpdateStrategy
+		dst.Spec.PersistentVolumeClaimRetentionPolicy = src.Spec.PersistentVolumeClaimRetentionPolicy
 	})
 	return existing, err
 }

@@ -372,7 +372,10 @@ func NextRetry(since, now time.Time) time.Time {
 // returned, to be retried by the workqueue.
 func (r *Reconciler) renderFailed(ctx context.Context, s *lullv1.Session, err error) (ctrl.Result, error) {
 	var notOwned errNotOwned
+	var invalid errInvalidTemplate
 	switch {
+	case errors.As(err, &invalid):
+		return r.blocked(ctx, s, rollout.ReasonRenderFailed, fmt.Sprintf("SessionTemplate %s: %v", s.Spec.TemplateRef.Name, err))
 	case errors.As(err, &notOwned):
 		return r.blocked(ctx, s, rollout.ReasonNameConflict, err.Error())
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err):

@@ -54,10 +54,13 @@ func newWorld(t *testing.T, funcs interceptor.Funcs, edit func(s *lullv1.Session
 	w := &world{t: t, events: events.NewFakeRecorder(100), clock: clocktesting.NewFakePassiveClock(t0),
 		key: types.NamespacedName{Namespace: "ns", Name: "alice"}, podUID: "pod-1", staleRev: "alice-old"}
 	tmpl := &lullv1.SessionTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "agent"},
-		Spec: lullv1.SessionTemplateSpec{Runtime: lullv1.RuntimeSpec{Image: "example.com/agent:2"}}}
+		Spec: lullv1.SessionTemplateSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: lullv1.RuntimeContainerName, Image: "example.com/agent:2"}}}}}}
 	s := &lullv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice", UID: "session-uid"},
 		Spec: lullv1.SessionSpec{TemplateRef: lullv1.TemplateReference{Name: "agent"}}}
-	sts := StatefulSet(s, tmpl, 1)
+	sts, err := StatefulSet(s, tmpl, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sts.OwnerReferences = []metav1.OwnerReference{{APIVersion: lullv1.GroupVersion.String(), Kind: "Session", Name: s.Name, UID: s.UID, Controller: ptrTo(true)}}
 	sts.Status = appsv1.StatefulSetStatus{UpdateRevision: "alice-new"}
 	pod := &corev1.Pod{
@@ -352,7 +355,7 @@ func TestBlockedSessionIsRetried(t *testing.T) {
 	if err := w.c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: "agent"}, tmpl); err != nil {
 		t.Fatal(err)
 	}
-	tmpl.Spec.Runtime.Image = "example.com/agent:3"
+	tmpl.RuntimeContainer().Image = "example.com/agent:3"
 	if err := w.c.Update(context.Background(), tmpl); err != nil {
 		t.Fatal(err)
 	}

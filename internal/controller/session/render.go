@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -13,9 +14,6 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 )
-
-// RuntimeContainer is the name of the runtime container in a session pod.
-const RuntimeContainer = "runtime"
 
 // AnnotationSpecHash on a rendered object holds the hash of the spec lull
 // rendered for it. The controller updates the object only when the hash of
@@ -37,53 +35,181 @@ func objectMeta(s *lullv1.Session, name string) metav1.ObjectMeta {
 
 // StatefulSet renders a session's StatefulSet: replicas as given (1, or 0
 // once a suspended session has drained; see rollout.Replicas),
-// updateStrategy OnDelete so only the controller replaces the pod, and a
-// pod running the template's runtime as the session's own ServiceAccount.
-// The runtime learns its session, namespace, pod name and pod UID from
-// LULL_* variables (the pod fields through the downward API).
-func StatefulSet(s *lullv1.Session, t *lullv1.SessionTemplate, replicas int32) *appsv1.StatefulSet {
-	rt := t.Spec.Runtime
-	env := append([]corev1.EnvVar{
+// updateStrategy OnDelete so only the controller replaces the pod, the
+// template's claim templates and retention policy, and the template's pod
+// with what lull owns added (see Pod). It fails with field errors naming
+// what in the template collides with lull (see Validate).
+func StatefulSet(s *lullv1.Session, t *lullv1.SessionTemplate, replicas int32) (*appsv1.StatefulSet, error) {
+	if errs := Validate(t); len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: objectMeta(s, s.Name),
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:                             &replicas,
+			ServiceName:                          s.Name,
+			PodManagementPolicy:                  appsv1.ParallelPodManagement,
+			Selector:                             &metav1.LabelSelector{MatchLabels: map[string]string{lullv1.LabelSession: s.Name}},
+			UpdateStrategy:                       appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType},
+			Template:                             Pod(s, t),
+			VolumeClaimTemplates:                 claimTemplates(t),
+			PersistentVolumeClaimRetentionPolicy: retentionPolicy(t),
+		},
+	}
+	stampHash(&sts.ObjectMeta, sts.Spec)
+	return sts, nil
+}
+
+// Pod renders the pod template of a session: the SessionTemplate's
+// spec.template, deep-copied, with what lull owns set on it:
+//
+//   - labels lull.dev/session, lull.dev/template and
+//     lull.dev/template-revision (the template's keys are kept);
+//   - serviceAccountName, the session's own runtime identity;
+//   - automountServiceAccountToken, true, or false with the agent sidecar
+//     (whose projected token only the sidecar mounts);
+//   - enableServiceLinks false unless the template says otherwise: every
+//     session has a Service, and a namespace of thousands of sessions
+//     would give each pod thousands of variables;
+//   - the runtime container's LULL_* environment, first, so the template's
+//     own variables may refer to them ($(LULL_SESSION_NAME));
+//   - with spec.agent, the sidecar (first init container), its volumes,
+//     the socket volume mounted in the runtime container and
+//     LULL_AGENT_SOCKET.
+//
+// Everything else passes through untouched. The result depends only on
+// the session's name and the template's spec, so re-rendering never changes
+// the StatefulSet's template (and never creates a ControllerRevision)
+// unless the template changed.
+func Pod(s *lullv1.Session, t *lullv1.SessionTemplate) corev1.PodTemplateSpec {
+	tpl := *t.Spec.Template.DeepCopy()
+	tpl.Labels = merge(merge(nil, tpl.Labels), merge(labels(s), map[string]string{lullv1.LabelTemplateRevision: TemplateRevision(t)}))
+	spec := &tpl.Spec
+	spec.ServiceAccountName = lullv1.RuntimeIdentityName(s.Name)
+	spec.AutomountServiceAccountToken = ptr.To(t.Spec.Agent == nil)
+	if spec.EnableServiceLinks == nil {
+		spec.EnableServiceLinks = ptr.To(false)
+	}
+	rt := runtimeContainer(spec)
+	rt.Env = append(lullEnv(s), rt.Env...)
+	if a := t.Spec.Agent; a != nil {
+		rt.Env = append(rt.Env, corev1.EnvVar{Name: lullv1.EnvAgentSocket, Value: lullv1.AgentSocketPath})
+		rt.VolumeMounts = append(rt.VolumeMounts, corev1.VolumeMount{Name: lullv1.AgentSocketVolume, MountPath: lullv1.AgentSocketDir})
+		spec.InitContainers = append([]corev1.Container{agentContainer(s, a)}, spec.InitContainers...)
+		spec.Volumes = append(spec.Volumes, agentVolumes()...)
+	}
+	return tpl
+}
+
+// lullEnv is what lull tells a session's runtime (and agent) about itself:
+// its session, namespace, pod name and pod UID (the pod fields through the
+// downward API).
+func lullEnv(s *lullv1.Session) []corev1.EnvVar {
+	return []corev1.EnvVar{
 		{Name: lullv1.EnvSessionName, Value: s.Name},
 		{Name: lullv1.EnvSessionNamespace, ValueFrom: fieldRef("metadata.namespace")},
 		{Name: lullv1.EnvPodName, ValueFrom: fieldRef("metadata.name")},
 		{Name: lullv1.EnvPodUID, ValueFrom: fieldRef("metadata.uid")},
-	}, rt.Env...)
-	sts := &appsv1.StatefulSet{
-		ObjectMeta: objectMeta(s, s.Name),
-		Spec: appsv1.StatefulSetSpec{
-			Replicas:            &replicas,
-			ServiceName:         s.Name,
-			PodManagementPolicy: appsv1.ParallelPodManagement,
-			Selector:            &metav1.LabelSelector{MatchLabels: map[string]string{lullv1.LabelSession: s.Name}},
-			UpdateStrategy:      appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: merge(labels(s), map[string]string{lullv1.LabelTemplateRevision: TemplateRevision(t)})},
-				Spec: corev1.PodSpec{
-					ServiceAccountName:           lullv1.RuntimeIdentityName(s.Name),
-					AutomountServiceAccountToken: ptr.To(true),
-					EnableServiceLinks:           ptr.To(false),
-					Containers: []corev1.Container{{
-						Name:      RuntimeContainer,
-						Image:     rt.Image,
-						Command:   rt.Command,
-						Args:      rt.Args,
-						Env:       env,
-						Resources: rt.Resources,
-						Ports:     rt.Ports,
-					}},
-				},
-			},
-		},
 	}
-	stampHash(&sts.ObjectMeta, sts.Spec)
-	return sts
 }
 
-// TemplateRevision identifies a template's runtime: the first 10 hex
-// characters of the SHA-256 of its JSON encoding.
+// runtimeContainer returns the container named runtime; Validate has made
+// sure there is exactly one.
+func runtimeContainer(spec *corev1.PodSpec) *corev1.Container {
+	for i := range spec.Containers {
+		if spec.Containers[i].Name == lullv1.RuntimeContainerName {
+			return &spec.Containers[i]
+		}
+	}
+	panic("session: render without a runtime container") // Validate refuses it
+}
+
+// AgentTokenExpiry is the lifetime asked for the sidecar's projected token;
+// the kubelet refreshes it at 80 %.
+const AgentTokenExpiry = 3600 * time.Second
+
+// agentContainer is the injected sidecar: `lull agent` on the shared
+// socket, its turn table in a volume of its own, the session's token
+// mounted where client-go's in-cluster config reads it, and no privilege it
+// does not need.
+func agentContainer(s *lullv1.Session, a *lullv1.AgentSpec) corev1.Container {
+	image := a.Image
+	if image == "" {
+		image = lullv1.DefaultAgentImage
+	}
+	return corev1.Container{
+		Name:          lullv1.AgentContainerName,
+		Image:         image,
+		Command:       []string{"lull", "agent"},
+		Args:          []string{"--listen=unix://" + lullv1.AgentSocketPath, "--socket-mode=0666", "--state-file=" + lullv1.AgentStateFile},
+		Env:           lullEnv(s),
+		Resources:     a.Resources,
+		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: lullv1.AgentSocketVolume, MountPath: lullv1.AgentSocketDir},
+			{Name: lullv1.AgentStateVolume, MountPath: lullv1.AgentStateDir},
+			{Name: lullv1.AgentTokenVolume, MountPath: lullv1.AgentTokenDir, ReadOnly: true},
+		},
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			RunAsNonRoot:             ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+	}
+}
+
+// agentVolumes are the sidecar's volumes: the socket directory it shares
+// with the runtime container, its state directory, and the projected
+// ServiceAccount token (with the cluster CA and the namespace, as the
+// kubelet's automounted volume has them).
+func agentVolumes() []corev1.Volume {
+	return []corev1.Volume{
+		{Name: lullv1.AgentSocketVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: lullv1.AgentStateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: lullv1.AgentTokenVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To(int64(AgentTokenExpiry / time.Second))}},
+				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}, Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+				{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
+			},
+		}}},
+	}
+}
+
+// claimTemplates returns the template's claim templates as the StatefulSet
+// takes them.
+func claimTemplates(t *lullv1.SessionTemplate) []corev1.PersistentVolumeClaim {
+	var out []corev1.PersistentVolumeClaim
+	for _, c := range t.Spec.VolumeClaimTemplates {
+		out = append(out, *c.DeepCopy())
+	}
+	return out
+}
+
+// retentionPolicy is the template's, or the default: claims deleted with
+// the Session, kept while it is suspended.
+func retentionPolicy(t *lullv1.SessionTemplate) *appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy {
+	if p := t.Spec.PersistentVolumeClaimRetentionPolicy; p != nil {
+		return p.DeepCopy()
+	}
+	return &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+		WhenDeleted: appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
+		WhenScaled:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+	}
+}
+
+// TemplateRevision identifies a template's pod: the first 10 hex
+// characters of the SHA-256 of the JSON encoding of its spec.template,
+// spec.volumeClaimTemplates and spec.agent (the update policy is not part
+// of it: changing how to roll out is not something to roll out).
 func TemplateRevision(t *lullv1.SessionTemplate) string {
-	b, err := json.Marshal(t.Spec.Runtime)
+	b, err := json.Marshal(struct {
+		Template             corev1.PodTemplateSpec         `json:"template"`
+		VolumeClaimTemplates []corev1.PersistentVolumeClaim `json:"volumeClaimTemplates,omitempty"`
+		Agent                *lullv1.AgentSpec              `json:"agent,omitempty"`
+	}{t.Spec.Template, t.Spec.VolumeClaimTemplates, t.Spec.Agent})
 	if err != nil {
 		panic(err) // API types always marshal
 	}
@@ -92,7 +218,7 @@ func TemplateRevision(t *lullv1.SessionTemplate) string {
 }
 
 // Service renders the session's headless Service, which gives the pod a
-// stable DNS name and exposes the runtime's ports.
+// stable DNS name and exposes the runtime container's ports.
 func Service(s *lullv1.Session, t *lullv1.SessionTemplate) *corev1.Service {
 	svc := &corev1.Service{
 		ObjectMeta: objectMeta(s, s.Name),
@@ -102,9 +228,13 @@ func Service(s *lullv1.Session, t *lullv1.SessionTemplate) *corev1.Service {
 			PublishNotReadyAddresses: true,
 		},
 	}
-	for _, p := range t.Spec.Runtime.Ports {
-		name := p.Name
-		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: name, Port: p.ContainerPort, Protocol: p.Protocol})
+	for _, c := range t.Spec.Template.Spec.Containers {
+		if c.Name != lullv1.RuntimeContainerName {
+			continue
+		}
+		for _, p := range c.Ports {
+			svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: p.Name, Port: p.ContainerPort, Protocol: p.Protocol})
+		}
 	}
 	stampHash(&svc.ObjectMeta, svc.Spec)
 	return svc

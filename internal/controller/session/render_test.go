@@ -1,0 +1,324 @@
+package session
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// agentTemplate is a template as a platform team writes it for an AI agent
+// runtime: a sandboxed runtime class, node placement, a workspace claim, an
+// init container, a sidecar, probes, pod labels and annotations.
+func agentTemplate() *lullv1.SessionTemplate {
+	return &lullv1.SessionTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "agents", Name: "coder"},
+		Spec: lullv1.SessionTemplateSpec{
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{
+					Labels:      map[string]string{"app.kubernetes.io/name": "coder"},
+					Annotations: map[string]string{"example.com/team": "agents"},
+				},
+				Spec: corev1.PodSpec{
+					RuntimeClassName:              ptr.To("gvisor"),
+					NodeSelector:                  map[string]string{"pool": "sessions"},
+					Tolerations:                   []corev1.Toleration{{Key: "sessions", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+					ImagePullSecrets:              []corev1.LocalObjectReference{{Name: "registry"}},
+					SecurityContext:               &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), FSGroup: ptr.To[int64](1000)},
+					PriorityClassName:             "sessions",
+					TerminationGracePeriodSeconds: ptr.To[int64](60),
+					InitContainers: []corev1.Container{{
+						Name: "clone", Image: "example.com/git:2", Args: []string{"clone", "https://example.com/repo", "/workspace/repo"},
+						VolumeMounts: []corev1.VolumeMount{{Name: "workspace", MountPath: "/workspace"}},
+					}},
+					Containers: []corev1.Container{
+						{
+							Name: "runtime", Image: "example.com/agent-runtime:1.42", Args: []string{"--model=large"},
+							Env:            []corev1.EnvVar{{Name: "WORKSPACE", Value: "/workspace"}, {Name: "SESSION", Value: "$(LULL_SESSION_NAME)"}},
+							Ports:          []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
+							Resources:      corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("1Gi")}},
+							VolumeMounts:   []corev1.VolumeMount{{Name: "workspace", MountPath: "/workspace"}, {Name: "tmp", MountPath: "/tmp"}},
+							ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}}},
+						},
+						{Name: "proxy", Image: "example.com/egress-proxy:3"},
+					},
+					Volumes: []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+				},
+			},
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{
+				ObjectMeta: metav1.ObjectMeta{Name: "workspace"},
+				Spec: corev1.PersistentVolumeClaimSpec{
+					AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					StorageClassName: ptr.To("fast"),
+					Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Gi")}},
+				},
+			}},
+		},
+	}
+}
+
+func aliceOf(t *lullv1.SessionTemplate) *lullv1.Session {
+	return &lullv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: t.Namespace, Name: "alice"},
+		Spec: lullv1.SessionSpec{TemplateRef: lullv1.TemplateReference{Name: t.Name}}}
+}
+
+// TestPodPassesTheTemplateThrough checks that lull adds what it owns and
+// leaves every other field of the template as written.
+func TestPodPassesTheTemplateThrough(t *testing.T) {
+	tmpl := agentTemplate()
+	before := tmpl.DeepCopy()
+	pod := Pod(aliceOf(tmpl), tmpl)
+	if !reflect.DeepEqual(tmpl, before) {
+		t.Fatal("Pod changed the SessionTemplate it rendered")
+	}
+
+	// What lull owns.
+	for k, v := range map[string]string{lullv1.LabelSession: "alice", lullv1.LabelTemplate: "coder", lullv1.LabelTemplateRevision: TemplateRevision(tmpl), "app.kubernetes.io/name": "coder"} {
+		if pod.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, pod.Labels[k], v)
+		}
+	}
+	if pod.Spec.ServiceAccountName != "lull-runtime-alice" || !ptr.Deref(pod.Spec.AutomountServiceAccountToken, false) {
+		t.Errorf("serviceAccountName %q, automount %v: want the session's identity, mounted", pod.Spec.ServiceAccountName, pod.Spec.AutomountServiceAccountToken)
+	}
+	if ptr.Deref(pod.Spec.EnableServiceLinks, true) {
+		t.Error("enableServiceLinks is not false by default")
+	}
+	rt := pod.Spec.Containers[0]
+	var names []string
+	for _, e := range rt.Env {
+		names = append(names, e.Name)
+	}
+	if got, want := strings.Join(names, ","), "LULL_SESSION_NAME,LULL_SESSION_NAMESPACE,LULL_POD_NAME,LULL_POD_UID,WORKSPACE,SESSION"; got != want {
+		t.Errorf("runtime env = %s, want %s (lull's first, so the template's may refer to them)", got, want)
+	}
+
+	// Everything else as written.
+	want := before.Spec.Template.DeepCopy()
+	got := pod.DeepCopy()
+	got.Labels, want.Labels = nil, nil
+	got.Spec.ServiceAccountName, got.Spec.AutomountServiceAccountToken, got.Spec.EnableServiceLinks = "", nil, nil
+	got.Spec.Containers[0].Env = got.Spec.Containers[0].Env[4:]
+	if !reflect.DeepEqual(got, want) {
+		g, _ := json.Marshal(got)
+		w, _ := json.Marshal(want)
+		t.Errorf("rendered pod differs from the template beyond lull's fields:\n got %s\nwant %s", g, w)
+	}
+
+	// A template that says enableServiceLinks keeps it.
+	tmpl.Spec.Template.Spec.EnableServiceLinks = ptr.To(true)
+	if pod := Pod(aliceOf(tmpl), tmpl); !ptr.Deref(pod.Spec.EnableServiceLinks, false) {
+		t.Error("the template's enableServiceLinks: true was overridden")
+	}
+}
+
+// TestPodWithAgentGivesTheTokenOnlyToTheSidecar checks the injected
+// sidecar: first init container, restartPolicy Always, the only container
+// that mounts the token; the pod mounts none by default; the runtime
+// container gets the socket and its path.
+func TestPodWithAgentGivesTheTokenOnlyToTheSidecar(t *testing.T) {
+	tmpl := agentTemplate()
+	tmpl.Spec.Agent = &lullv1.AgentSpec{}
+	pod := Pod(aliceOf(tmpl), tmpl)
+	if ptr.Deref(pod.Spec.AutomountServiceAccountToken, true) {
+		t.Error("automountServiceAccountToken is not false with the agent sidecar")
+	}
+	if len(pod.Spec.InitContainers) != 2 {
+		t.Fatalf("init containers = %d, want the sidecar and the template's", len(pod.Spec.InitContainers))
+	}
+	agent := pod.Spec.InitContainers[0]
+	if agent.Name != lullv1.AgentContainerName || ptr.Deref(agent.RestartPolicy, "") != corev1.ContainerRestartPolicyAlways || agent.Image != lullv1.DefaultAgentImage {
+		t.Errorf("first init container = %s (restartPolicy %v, image %s), want the native sidecar %s with the default image", agent.Name, agent.RestartPolicy, agent.Image, lullv1.AgentContainerName)
+	}
+	if pod.Spec.InitContainers[1].Name != "clone" {
+		t.Errorf("template's init container moved: %s", pod.Spec.InitContainers[1].Name)
+	}
+	var token *corev1.Volume
+	for i, v := range pod.Spec.Volumes {
+		if v.Projected != nil && v.Name == lullv1.AgentTokenVolume {
+			token = &pod.Spec.Volumes[i]
+		}
+	}
+	if token == nil || token.Projected.Sources[0].ServiceAccountToken == nil {
+		t.Fatalf("no projected token volume %s", lullv1.AgentTokenVolume)
+	}
+	all := append(append([]corev1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...)
+	for _, c := range all {
+		for _, m := range c.VolumeMounts {
+			if m.Name == lullv1.AgentTokenVolume && c.Name != lullv1.AgentContainerName {
+				t.Errorf("container %s mounts the session's token", c.Name)
+			}
+		}
+	}
+	rt := pod.Spec.Containers[0]
+	hasEnv, hasMount := false, false
+	for _, e := range rt.Env {
+		hasEnv = hasEnv || e.Name == lullv1.EnvAgentSocket && e.Value == lullv1.AgentSocketPath
+	}
+	for _, m := range rt.VolumeMounts {
+		hasMount = hasMount || m.Name == lullv1.AgentSocketVolume && m.MountPath == lullv1.AgentSocketDir
+	}
+	if !hasEnv || !hasMount {
+		t.Errorf("runtime container: %s set %v, socket directory mounted %v", lullv1.EnvAgentSocket, hasEnv, hasMount)
+	}
+	for _, m := range pod.Spec.Containers[1].VolumeMounts {
+		if m.Name == lullv1.AgentSocketVolume {
+			t.Error("the socket is mounted in a container other than the runtime")
+		}
+	}
+}
+
+// TestStatefulSetGolden pins the rendered StatefulSet of a realistic
+// template. A change here changes every session's pod template when lull is
+// upgraded, and so replaces every session's pod: make it on purpose, and
+// say so in the release notes (go test -run Golden -update rewrites it).
+func TestStatefulSetGolden(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		agent bool
+	}{{"statefulset", false}, {"statefulset-agent", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmpl := agentTemplate()
+			if tc.agent {
+				tmpl.Spec.Agent = &lullv1.AgentSpec{Image: "example.com/lull:v1"}
+			}
+			sts, err := StatefulSet(aliceOf(tmpl), tmpl, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := yaml.Marshal(sts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("testdata", tc.name+".golden.yaml")
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test -run Golden -update to write it)", err)
+			}
+			if string(got) != string(want) {
+				t.Errorf("rendered StatefulSet differs from %s:\n%s", path, got)
+			}
+		})
+	}
+}
+
+// TestRenderSurvivesTheAPIServersRoundTrip checks that a template read back
+// from the API server (JSON, as stored) renders the same StatefulSet hash
+// and revision as the one written.
+func TestRenderSurvivesTheAPIServersRoundTrip(t *testing.T) {
+	tmpl := agentTemplate()
+	tmpl.Spec.Agent = &lullv1.AgentSpec{Image: lullv1.DefaultAgentImage}
+	b, err := json.Marshal(tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := &lullv1.SessionTemplate{}
+	if err := json.Unmarshal(b, back); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := StatefulSet(aliceOf(tmpl), tmpl, 1)
+	z, _ := StatefulSet(aliceOf(back), back, 1)
+	if a.Annotations[AnnotationSpecHash] != z.Annotations[AnnotationSpecHash] || TemplateRevision(tmpl) != TemplateRevision(back) {
+		t.Error("a JSON round trip of the template changed the rendered StatefulSet")
+	}
+}
+
+// TestTemplateRevision checks what is part of a template's revision.
+func TestTemplateRevision(t *testing.T) {
+	base := agentTemplate()
+	rev := TemplateRevision(base)
+	for name, edit := range map[string]func(t *lullv1.SessionTemplate){
+		"pod annotation": func(t *lullv1.SessionTemplate) { t.Spec.Template.Annotations["x"] = "y" },
+		"toleration":     func(t *lullv1.SessionTemplate) { t.Spec.Template.Spec.Tolerations = nil },
+		"sidecar image": func(t *lullv1.SessionTemplate) {
+			t.Spec.Template.Spec.Containers[1].Image = "example.com/egress-proxy:4"
+		},
+		"claim size": func(t *lullv1.SessionTemplate) {
+			t.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("20Gi")
+		},
+		"agent sidecar": func(t *lullv1.SessionTemplate) { t.Spec.Agent = &lullv1.AgentSpec{} },
+	} {
+		tmpl := base.DeepCopy()
+		edit(tmpl)
+		if TemplateRevision(tmpl) == rev {
+			t.Errorf("%s: revision unchanged", name)
+		}
+	}
+	tmpl := base.DeepCopy()
+	tmpl.Spec.UpdatePolicy.Strategy = "Other"
+	if TemplateRevision(tmpl) != rev {
+		t.Error("the update policy changed the revision: changing how to roll out is not a rollout")
+	}
+}
+
+// TestValidate checks the template checks made at render time, each naming
+// the field.
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(t *lullv1.SessionTemplate)
+		want string // "" means valid
+	}{
+		{"realistic template", func(*lullv1.SessionTemplate) {}, ""},
+		{"LULL_ variable in a sidecar", func(t *lullv1.SessionTemplate) {
+			t.Spec.Template.Spec.Containers[1].Env = []corev1.EnvVar{{Name: "LULL_TOKEN", Value: "x"}}
+		}, "spec.template.spec.containers[1].env[0].name"},
+		{"LULL_ variable in an init container", func(t *lullv1.SessionTemplate) {
+			t.Spec.Template.Spec.InitContainers[0].Env = []corev1.EnvVar{{Name: "LULL_POD_UID", Value: "x"}}
+		}, "spec.template.spec.initContainers[0].env[0].name"},
+		{"envFrom with the LULL_ prefix", func(t *lullv1.SessionTemplate) {
+			t.Spec.Template.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{Prefix: "LULL_", ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "c"}}}}
+		}, "spec.template.spec.containers[0].envFrom[0].prefix"},
+		{"no runtime container", func(t *lullv1.SessionTemplate) { t.Spec.Template.Spec.Containers[0].Name = "main" }, "spec.template.spec.containers"},
+		{"two runtime containers", func(t *lullv1.SessionTemplate) { t.Spec.Template.Spec.Containers[1].Name = "runtime" }, "exactly one container must be named runtime"},
+		{"whitespace in the runtime image", func(t *lullv1.SessionTemplate) { t.Spec.Template.Spec.Containers[0].Image = "a b" }, "spec.template.spec.containers[0].image"},
+		{"two ports, one unnamed", func(t *lullv1.SessionTemplate) {
+			t.Spec.Template.Spec.Containers[0].Ports = append(t.Spec.Template.Spec.Containers[0].Ports, corev1.ContainerPort{ContainerPort: 9090})
+		}, "spec.template.spec.containers[0].ports[1].name"},
+		{"mount at the agent's socket directory", func(t *lullv1.SessionTemplate) {
+			t.Spec.Agent = &lullv1.AgentSpec{}
+			t.Spec.Template.Spec.Containers[0].VolumeMounts[1].MountPath = "/run/lull/"
+		}, "spec.template.spec.containers[0].volumeMounts[1].mountPath"},
+		{"mount at /run/lull without the agent", func(t *lullv1.SessionTemplate) {
+			t.Spec.Template.Spec.Containers[0].VolumeMounts[1].MountPath = "/run/lull"
+		}, ""},
+		{"claim template named like a volume", func(t *lullv1.SessionTemplate) { t.Spec.VolumeClaimTemplates[0].Name = "tmp" }, "spec.volumeClaimTemplates[0].metadata.name"},
+		{"two claim templates of one name", func(t *lullv1.SessionTemplate) {
+			t.Spec.VolumeClaimTemplates = append(t.Spec.VolumeClaimTemplates, t.Spec.VolumeClaimTemplates[0])
+		}, "spec.volumeClaimTemplates[1].metadata.name: Duplicate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmpl := agentTemplate()
+			tc.edit(tmpl)
+			errs := Validate(tmpl)
+			switch {
+			case tc.want == "" && len(errs) > 0:
+				t.Errorf("refused a valid template: %v", errs.ToAggregate())
+			case tc.want != "" && (len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), tc.want)):
+				t.Errorf("errors %v, want one naming %q", errs.ToAggregate(), tc.want)
+			}
+			if _, err := StatefulSet(aliceOf(tmpl), tmpl, 1); (err != nil) != (tc.want != "") {
+				t.Errorf("StatefulSet error = %v, want an error: %v", err, tc.want != "")
+			}
+		})
+	}
+}
