@@ -1,6 +1,7 @@
 // Package turnrunner is lull's reference runtime: a stand-in for an AI
 // agent or notebook kernel that takes turns of random length, one after the
-// other, through the runtime SDK's turn gate. It journals each turn's begin
+// other, through the runtime SDK's turn gate, or, in a pod with the
+// injected agent sidecar, through the agent's HTTP API on its unix socket. It journals each turn's begin
 // and end with its pod UID so an independent auditor can tell whether a
 // rollout interrupted any work. `lull example-runtime` runs it; under
 // `lull dev` every session pod runs one.
@@ -14,8 +15,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"lull.dev/lull/internal/journal"
@@ -30,85 +37,169 @@ type Options struct {
 	ThinkMax time.Duration
 	// Journal, when set, is the file turns are journaled to.
 	Journal string
-	Log     *slog.Logger
+	// Workspace, when set, is a directory the session keeps across pod
+	// replacements (a PersistentVolumeClaim's mount): each turn reads which
+	// pods wrote there before, journals them, and appends its own line to
+	// turns.log, as an agent edits the files of its session.
+	Workspace string
+	Log       *slog.Logger
 }
 
-// Run starts the SDK and takes turns until ctx is done. A turn refused
-// because the session drains is journaled as refused; the client then
-// waits for the gate to reopen, as a user's client would retry after
-// reconnecting to the new pod.
-func Run(ctx context.Context, cfg runtime.Config, opts Options) error {
+// errDraining is a turn refused because the session drains.
+var errDraining = errors.New("session is draining")
+
+// gate is how the workload takes turns: through the runtime SDK in this
+// process, or through the lull agent sidecar's HTTP API on its socket.
+type gate interface {
+	// run serves the gate until ctx is done.
+	run(ctx context.Context) error
+	// begin begins a turn; errDraining while the session drains. end ends
+	// it.
+	begin(ctx context.Context) (end func() error, err error)
+	// waitAccepting blocks until turns are accepted again; false once ctx
+	// is done.
+	waitAccepting(ctx context.Context) bool
+}
+
+// Run takes turns until ctx is done: through the agent sidecar's socket
+// when agentSocket is set (the runtime holds no credentials then), through
+// the runtime SDK with cfg otherwise. A turn refused because the session
+// drains is journaled as refused; the client then waits for the gate to
+// reopen, as a user's client would retry after reconnecting to the new pod.
+func Run(ctx context.Context, cfg runtime.Config, agentSocket string, opts Options) error {
 	if opts.TurnMax < opts.TurnMin {
 		return fmt.Errorf("turn-max (%s) is less than turn-min (%s)", opts.TurnMax, opts.TurnMin)
 	}
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	rt, err := runtime.New(cfg)
-	if err != nil {
-		return err
+	var g gate
+	if agentSocket != "" {
+		g = newAgentGate(agentSocket)
+	} else {
+		rt, err := runtime.New(cfg)
+		if err != nil {
+			return err
+		}
+		g = newSDKGate(rt)
 	}
 	var j *journal.Writer
 	if opts.Journal != "" {
+		var err error
 		if j, err = journal.Create(opts.Journal); err != nil {
 			return err
 		}
 		defer j.Close()
 	}
-	record := func(turn int, ev journal.Event) {
+	record := func(turn int, ev journal.Event, workspacePods []string) {
 		if j == nil {
 			return
 		}
-		if err := j.Write(journal.Entry{Time: time.Now(), Namespace: cfg.SessionNamespace, Session: cfg.SessionName, PodUID: cfg.PodUID, Turn: turn, Event: ev}); err != nil {
+		if err := j.Write(journal.Entry{Time: time.Now(), Namespace: cfg.SessionNamespace, Session: cfg.SessionName, PodUID: cfg.PodUID, Turn: turn, Event: ev, WorkspacePods: workspacePods}); err != nil {
 			opts.Log.Error("journal", "err", err)
 		}
 	}
 
-	// The SDK's watch and reporter run beside the turns; if they stop, so
-	// does the workload.
+	// The gate runs beside the turns; if it stops, so does the workload.
 	ctx, stopTurns := context.WithCancel(ctx)
 	defer stopTurns()
 	runErr := make(chan error, 1)
 	go func() {
-		runErr <- rt.Run(ctx)
+		runErr <- g.run(ctx)
 		stopTurns()
 	}()
 
-	states, cancel := rt.Subscribe()
-	defer cancel()
 	for turn := 1; ; turn++ {
 		if !sleep(ctx, randDuration(0, opts.ThinkMax)) {
 			return <-runErr
 		}
-		t, err := rt.BeginTurn(runtime.TurnOptions{})
-		for errors.Is(err, runtime.ErrDraining) {
-			record(turn, journal.Refused)
-			if !waitAccepting(ctx, rt, states) {
+		end, err := g.begin(ctx)
+		for errors.Is(err, errDraining) {
+			record(turn, journal.Refused, nil)
+			if !g.waitAccepting(ctx) {
 				return <-runErr
 			}
-			t, err = rt.BeginTurn(runtime.TurnOptions{})
+			end, err = g.begin(ctx)
 		}
 		if err != nil {
+			if ctx.Err() != nil {
+				return <-runErr
+			}
 			return err
 		}
-		record(turn, journal.Begin)
+		var pods []string
+		if opts.Workspace != "" {
+			if pods, err = workTheWorkspace(opts.Workspace, string(cfg.PodUID), turn); err != nil {
+				opts.Log.Error("workspace", "dir", opts.Workspace, "err", err)
+			}
+		}
+		record(turn, journal.Begin, pods)
 		if !sleep(ctx, randDuration(opts.TurnMin, opts.TurnMax)) {
 			// Stopped mid-turn: the work is lost. The journal keeps the
 			// begin without an end, which is what the auditor counts.
 			return <-runErr
 		}
-		record(turn, journal.End)
-		t.End()
+		record(turn, journal.End, nil)
+		if err := end(); err != nil {
+			opts.Log.Error("end turn", "turn", turn, "err", err)
+		}
 	}
 }
 
-// waitAccepting blocks until the gate accepts turns again.
-func waitAccepting(ctx context.Context, rt *runtime.Runtime, states <-chan runtime.Snapshot) bool {
-	for !rt.Snapshot().Accepting {
+// workTheWorkspace reads dir/turns.log, returns the pods that wrote it
+// (sorted), and appends "<pod> <turn>" for this turn.
+func workTheWorkspace(dir, pod string, turn int) ([]string, error) {
+	path := filepath.Join(dir, "turns.log")
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, _, ok := strings.Cut(line, " "); ok {
+			seen[p] = true
+		}
+	}
+	pods := slices.Sorted(maps.Keys(seen))
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return pods, err
+	}
+	defer f.Close()
+	_, err = fmt.Fprintf(f, "%s %d\n", pod, turn)
+	return pods, err
+}
+
+// sdkGate takes turns through the runtime SDK.
+type sdkGate struct {
+	rt     *runtime.Runtime
+	states <-chan runtime.Snapshot
+}
+
+func newSDKGate(rt *runtime.Runtime) *sdkGate {
+	states, _ := rt.Subscribe() // for the life of the process
+	return &sdkGate{rt: rt, states: states}
+}
+
+func (g *sdkGate) run(ctx context.Context) error { return g.rt.Run(ctx) }
+
+func (g *sdkGate) begin(context.Context) (func() error, error) {
+	t, err := g.rt.BeginTurn(runtime.TurnOptions{})
+	if errors.Is(err, runtime.ErrDraining) {
+		return nil, errDraining
+	}
+	if err != nil {
+		return nil, err
+	}
+	return func() error { t.End(); return nil }, nil
+}
+
+func (g *sdkGate) waitAccepting(ctx context.Context) bool {
+	for !g.rt.Snapshot().Accepting {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-states:
+		case <-g.states:
 		case <-time.After(time.Second):
 		}
 	}

@@ -13,6 +13,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"k8s.io/apimachinery/pkg/types"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/examples/turnrunner"
 	"lull.dev/lull/internal/podprocess"
 	"lull.dev/lull/runtime"
@@ -29,7 +32,9 @@ func newExampleRuntimeCommand() *cobra.Command {
 runtime SDK's gate, drains when its session asks, and journals each turn to
 $LULL_JOURNAL. It reads its session and pod from the LULL_* variables lull
 sets in every session pod, and its credentials from $KUBECONFIG or the
-in-cluster ServiceAccount.
+in-cluster ServiceAccount. In a pod with the injected agent sidecar
+($LULL_AGENT_SOCKET set) it holds no credentials and takes its turns
+through the agent's HTTP API on that socket instead.
 
 Under 'lull dev' every session pod runs this command with its container's
 args, which are meant for the real runtime image: flags and arguments it
@@ -44,21 +49,30 @@ does not know are ignored (and listed in its log), not an error.`,
 			if err := validateTurns(opts); err != nil {
 				return err
 			}
-			cfg, err := runtime.ConfigFromEnv()
-			if err != nil {
+			// With the agent sidecar the runtime container has no
+			// credentials: it learns who it is from the LULL_* variables
+			// and takes turns through the agent's socket.
+			socket := os.Getenv(lullv1.EnvAgentSocket)
+			var cfg runtime.Config
+			var err error
+			if socket != "" {
+				cfg = runtime.Config{SessionName: os.Getenv(lullv1.EnvSessionName), SessionNamespace: os.Getenv(lullv1.EnvSessionNamespace),
+					PodName: os.Getenv(lullv1.EnvPodName), PodUID: types.UID(os.Getenv(lullv1.EnvPodUID))}
+			} else if cfg, err = runtime.ConfigFromEnv(); err != nil {
 				return err
 			}
 			opts.Journal = os.Getenv(podprocess.EnvJournal)
 			opts.Log = log
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
-			return turnrunner.Run(ctx, cfg, opts)
+			return turnrunner.Run(ctx, cfg, socket, opts)
 		},
 	}
 	f := cmd.Flags()
 	f.DurationVar(&opts.TurnMin, "turn-min", time.Second, "shortest turn")
 	f.DurationVar(&opts.TurnMax, "turn-max", 5*time.Second, "longest turn")
 	f.DurationVar(&opts.ThinkMax, "think-max", time.Second, "longest pause between turns")
+	f.StringVar(&opts.Workspace, "workspace", "", "directory the session keeps across replacements (a claim's mount path): each turn journals which pods wrote there before and adds its own line to turns.log")
 	return cmd
 }
 

@@ -40,6 +40,11 @@ type Entry struct {
 	PodUID    types.UID `json:"podUID"`
 	Turn      int       `json:"turn"`
 	Event     Event     `json:"event"`
+	// WorkspacePods, on a begin, lists the pods whose turns had written to
+	// the session's workspace before this turn (the reference runtime's
+	// --workspace): a workspace that survived a replacement lists the pods
+	// before.
+	WorkspacePods []string `json:"workspacePods,omitempty"`
 }
 
 // Writer appends entries to a journal file; safe for concurrent use.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -114,4 +115,52 @@ func TestTemplateDeletedMidDrainReopensRuntimes(t *testing.T) {
 		t.Errorf("UpToDate = %+v, want reason TemplateNotFound", c)
 	}
 	wantEvent(t, ns, name, "TemplateNotFound")
+}
+
+// A template change that collides with what lull adds (here a LULL_
+// variable in a sidecar, which only the render can judge) is reported on
+// each session as RenderFailed, naming the field, and touches nothing that
+// runs: no drain, no new StatefulSet template, the pod kept.
+func TestCollidingTemplateChangeLeavesRunningSessionsAlone(t *testing.T) {
+	ns, names, _ := setup(t, 1)
+	name := names[0]
+	p1 := pod(t, ns, name)
+	var sts appsv1.StatefulSet
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &sts); err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &lullv1.SessionTemplate{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "rt"}, tmpl); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(tmpl.DeepCopy())
+	tmpl.Spec.Template.Spec.Containers = append(tmpl.Spec.Template.Spec.Containers,
+		corev1.Container{Name: "proxy", Image: "example.com/proxy:v1", Env: []corev1.EnvVar{{Name: "LULL_SESSION_NAME", Value: "spoofed"}}})
+	if err := c.Patch(context.Background(), tmpl, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "RenderFailed naming the field", func() error {
+		r := meta.FindStatusCondition(session(t, ns, name).Status.Conditions, lullv1.ConditionReady)
+		if r == nil || r.Reason != "RenderFailed" || !strings.Contains(r.Message, "spec.template.spec.containers[1].env[0].name") {
+			return fmt.Errorf("Ready = %+v", r)
+		}
+		return nil
+	})
+	wantEvent(t, ns, name, "RenderFailed")
+	// Held for a few reconciles: nothing that runs is touched.
+	time.Sleep(3 * time.Second)
+	s := session(t, ns, name)
+	if s.Status.Drain != nil {
+		t.Errorf("a drain was requested under a template lull cannot render: %+v", s.Status.Drain)
+	}
+	if p := pod(t, ns, name); p == nil || p.UID != p1.UID {
+		t.Error("the running pod was replaced")
+	}
+	var now appsv1.StatefulSet
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(&sts), &now); err != nil {
+		t.Fatal(err)
+	}
+	if now.Generation != sts.Generation {
+		t.Errorf("StatefulSet changed (generation %d → %d) under a template lull cannot render", sts.Generation, now.Generation)
+	}
 }

@@ -343,7 +343,7 @@ func TestController(t *testing.T) {
 	t.Run("template image change reaches the StatefulSet at once", func(t *testing.T) {
 		oldRevision := sts.Spec.Template.Labels[lullv1.LabelTemplateRevision]
 		if err := admin.Patch(t.Context(), &lullv1.SessionTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tpl.Name}},
-			mergePatch(`{"spec":{"runtime":{"image":"example.com/runtime:v2"}}}`)); err != nil {
+			client.RawPatch(types.JSONPatchType, []byte(`[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"example.com/runtime:v2"}]`))); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, 5*time.Second, "StatefulSet runs the new image", func(ctx context.Context) error {

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 )
@@ -278,6 +281,27 @@ func TestCRDValidation(t *testing.T) {
 		}
 		if got.Spec.UpdatePolicy.Strategy != lullv1.UpdateStrategyDrain {
 			t.Errorf("minimal template: updatePolicy.strategy = %q, want the default %q", got.Spec.UpdatePolicy.Strategy, lullv1.UpdateStrategyDrain)
+		}
+	})
+
+	t.Run("example templates are accepted", func(t *testing.T) {
+		paths, err := filepath.Glob("../../examples/templates/*.yaml")
+		if err != nil || len(paths) == 0 {
+			t.Fatalf("no example templates (%v)", err)
+		}
+		for _, p := range paths {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal(b, &u.Object); err != nil {
+				t.Fatalf("%s: %v", p, err)
+			}
+			u.SetNamespace(ns)
+			if err := admin.Create(t.Context(), u); err != nil {
+				t.Errorf("%s refused: %v", p, err)
+			}
 		}
 	})
 

@@ -322,3 +322,28 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestExampleTemplatesRender checks the templates in examples/templates:
+// they decode strictly (no field the API would drop), pass Validate, and
+// render.
+func TestExampleTemplatesRender(t *testing.T) {
+	paths, err := filepath.Glob("../../../examples/templates/*.yaml")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no example templates found (%v)", err)
+	}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &lullv1.SessionTemplate{}
+		if err := yaml.UnmarshalStrict(b, tmpl); err != nil {
+			t.Errorf("%s: %v", p, err)
+			continue
+		}
+		tmpl.Namespace = "ns"
+		if _, err := StatefulSet(aliceOf(tmpl), tmpl, 1); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+}
