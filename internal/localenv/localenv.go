@@ -1,8 +1,9 @@
 // Package localenv is lull running on the local control plane: the cluster
 // from package devcluster with lull installed, the controller as its own
 // process authenticated as its ServiceAccount (so its generated RBAC is what
-// is exercised), and the pod runner that starts a runtime process for every
-// running session pod. `lull dev`, the demo, the end-to-end tests and the
+// is exercised), the pod runner that starts a runtime process for every
+// running session pod, and the provisioner of the lull-dev StorageClass
+// that gives session pods' claims a directory on this host. `lull dev`, the demo, the end-to-end tests and the
 // benchmark all start from here.
 package localenv
 
@@ -31,6 +32,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"lull.dev/lull/internal/devcluster"
+	"lull.dev/lull/internal/devstorage"
 	"lull.dev/lull/internal/install"
 	"lull.dev/lull/internal/podprocess"
 )
@@ -67,10 +69,14 @@ type Env struct {
 
 	runnerStop context.CancelFunc
 	runnerDone chan struct{}
+
+	provisionerStop context.CancelFunc
+	provisionerDone chan struct{}
 }
 
-// Up starts the control plane, installs lull, starts the controller and the
-// pod runner. On any failure it stops what it started.
+// Up starts the control plane, installs lull and the lull-dev StorageClass
+// with its provisioner, starts the controller and the pod runner. On any
+// failure it stops what it started.
 func Up(ctx context.Context, opts Options) (_ *Env, err error) {
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
@@ -96,6 +102,12 @@ func Up(ctx context.Context, opts Options) (_ *Env, err error) {
 		return nil, fmt.Errorf("install lull: %w", err)
 	}
 	fmt.Fprintf(opts.Progress, "lull installed: CRDs, RBAC, admission policy (%s)\n", since(start))
+
+	// Before the controller: the claims of the first session pods are
+	// provisioned as soon as they exist.
+	if err := e.startProvisioner(ctx); err != nil {
+		return nil, err
+	}
 
 	if e.controllerConf, err = e.serviceAccountKubeconfig(ctx, install.Namespace, "lull-controller"); err != nil {
 		return nil, err
@@ -125,6 +137,32 @@ func Up(ctx context.Context, opts Options) (_ *Env, err error) {
 	}()
 	fmt.Fprintf(opts.Progress, "pod runner started: each running session pod gets a runtime process\n")
 	return e, nil
+}
+
+// startProvisioner creates the lull-dev StorageClass (the default class)
+// and starts its provisioner; volumes are directories under
+// <StateDir>/volumes, its log logs/provisioner.log.
+func (e *Env) startProvisioner(ctx context.Context) error {
+	cs, err := kubernetes.NewForConfig(e.Cluster.Config)
+	if err != nil {
+		return err
+	}
+	if err := devstorage.EnsureStorageClass(ctx, cs); err != nil {
+		return err
+	}
+	dir := filepath.Join(e.Cluster.StateDir, "volumes")
+	p, err := devstorage.New(devstorage.Options{Config: e.Cluster.Config, Dir: dir, Log: logFile(e.Cluster.LogPath("provisioner"))})
+	if err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	e.provisionerStop, e.provisionerDone = cancel, make(chan struct{})
+	go func() {
+		defer close(e.provisionerDone)
+		_ = p.Run(runCtx)
+	}()
+	fmt.Fprintf(e.opts.Progress, "volume provisioner started: claims of StorageClass %s (the default) get a directory under %s\n", devstorage.StorageClassName, dir)
+	return nil
 }
 
 // StartController starts the controller process and waits until it is
@@ -276,12 +314,16 @@ func (c *Controller) Leader() (bool, error) {
 // MetricsURL is the controller's Prometheus endpoint.
 func (e *Env) MetricsURL() string { return "http://" + e.metricsAddr + "/metrics" }
 
-// Down stops the pod runner (and every runtime), the controller and the
-// cluster.
+// Down stops the pod runner (and every runtime), the provisioner, the
+// controller and the cluster. Volumes stay in <StateDir>/volumes.
 func (e *Env) Down() error {
 	if e.runnerStop != nil {
 		e.runnerStop()
 		<-e.runnerDone
+	}
+	if e.provisionerStop != nil {
+		e.provisionerStop()
+		<-e.provisionerDone
 	}
 	e.mu.Lock()
 	c := e.controller
