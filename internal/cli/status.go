@@ -84,7 +84,11 @@ func printStatus(ctx context.Context, out io.Writer, c client.Client, ns string,
 		}
 		found = true
 		st := t.Status
-		fmt.Fprintf(out, "SessionTemplate %s/%s  image %s  strategy %s  revision %s\n", t.Namespace, t.Name, t.RuntimeContainer().Image, t.Spec.UpdatePolicy.Strategy, st.Revision)
+		image := "(no runtime container)"
+		if rt := t.RuntimeContainer(); rt != nil {
+			image = rt.Image
+		}
+		fmt.Fprintf(out, "SessionTemplate %s/%s  image %s  strategy %s  revision %s\n", t.Namespace, t.Name, image, t.Spec.UpdatePolicy.Strategy, st.Revision)
 		fmt.Fprintf(out, "  sessions %d: %d current, %d stale, %d draining, %d suspended", st.Sessions, st.Current, st.Stale, st.Draining, st.Suspended)
 		if st.OldestStaleSince != nil {
 			fmt.Fprintf(out, "; oldest stale for %s", time.Since(st.OldestStaleSince.Time).Round(time.Second))

@@ -21,12 +21,20 @@ import (
 // reference runtime with args, and n sessions; it waits until they run.
 func setup(t *testing.T, n int, args ...string) (ns string, names []string, before scenario.Fleet) {
 	t.Helper()
+	return setupTemplate(t, n, func(*lullv1.SessionTemplate) {}, args...)
+}
+
+// setupTemplate is setup with the template edited before it is created.
+func setupTemplate(t *testing.T, n int, edit func(*lullv1.SessionTemplate), args ...string) (ns string, names []string, before scenario.Fleet) {
+	t.Helper()
 	ctx := context.Background()
 	ns = strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
 	if len(ns) > 50 {
 		ns = ns[:50]
 	}
-	names, err := scenario.Launch(ctx, c, scenario.Template(ns, "rt", "example.com/lull/turnrunner:v1", args...), "s", n)
+	tmpl := scenario.Template(ns, "rt", "example.com/lull/turnrunner:v1", args...)
+	edit(tmpl)
+	names, err := scenario.Launch(ctx, c, tmpl, "s", n)
 	if err != nil {
 		t.Fatal(err)
 	}
