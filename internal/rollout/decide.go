@@ -33,6 +33,11 @@ type Observed struct {
 	StatefulSet *appsv1.StatefulSet
 	// Pod is the StatefulSet's only pod, ordinal 0.
 	Pod *corev1.Pod
+	// PendingClaims describes, one line each, the session's
+	// PersistentVolumeClaims that keep its pod from starting (not created
+	// yet, or Pending with the last warning about them); read only while
+	// the session has no running pod.
+	PendingClaims []string
 }
 
 // Kind is what the reconciler must do.
@@ -56,11 +61,14 @@ const (
 
 // Reasons are machine-readable CamelCase words used in conditions and Events.
 const (
-	ReasonSuspended           = "Suspended"
-	ReasonSuspending          = "Suspending"
-	ReasonStatefulSetPending  = "StatefulSetPending"
-	ReasonRevisionUnknown     = "RevisionUnknown"
-	ReasonPodPending          = "PodPending"
+	ReasonSuspended          = "Suspended"
+	ReasonSuspending         = "Suspending"
+	ReasonStatefulSetPending = "StatefulSetPending"
+	ReasonRevisionUnknown    = "RevisionUnknown"
+	ReasonPodPending         = "PodPending"
+	// ReasonClaimPending: the session's pod waits for a
+	// PersistentVolumeClaim (Ready condition only).
+	ReasonClaimPending        = "ClaimPending"
 	ReasonPodTerminating      = "PodTerminating"
 	ReasonPodStuckTerminating = "PodStuckTerminating"
 	ReasonPodStarting         = "PodStarting"

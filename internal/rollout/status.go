@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -58,6 +59,8 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 		set(lullv1.ConditionReady, metav1.ConditionTrue, "PodReady", fmt.Sprintf("pod %s is running and ready", o.Pod.Name))
 	case s.Spec.Suspend:
 		set(lullv1.ConditionReady, metav1.ConditionFalse, ReasonSuspended, "session is suspended")
+	case len(o.PendingClaims) > 0 && (o.Pod == nil || o.Pod.Status.Phase == corev1.PodPending):
+		set(lullv1.ConditionReady, metav1.ConditionFalse, ReasonClaimPending, strings.Join(o.PendingClaims, "; "))
 	case o.Pod == nil:
 		set(lullv1.ConditionReady, metav1.ConditionFalse, ReasonPodPending, "session has no pod yet")
 	default:

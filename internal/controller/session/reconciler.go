@@ -52,8 +52,9 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;list
 
 // Reconcile runs the phases for one session: template, identity, Service,
 // StatefulSet, rollout step, status.
@@ -89,6 +90,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	o := rollout.Observed{Now: r.now(), Session: s, Strategy: t.Spec.UpdatePolicy.Strategy, Pod: pod}
+	if o.PendingClaims, err = pendingClaims(ctx, r.reader(), s, t, pod); err != nil {
+		return ctrl.Result{}, err
+	}
 	if o.StatefulSet, err = ensureStatefulSet(ctx, r.Client, r.reader(), s, t, rollout.Replicas(o)); err != nil {
 		return r.renderFailed(ctx, s, err)
 	}
