@@ -1,9 +1,11 @@
 // Package localenv is lull running on the local control plane: the cluster
 // from package devcluster with lull installed, the controller as its own
 // process authenticated as its ServiceAccount (so its generated RBAC is what
-// is exercised), the pod runner that starts a runtime process for every
-// running session pod, and the provisioner of the lull-dev StorageClass
-// that gives session pods' claims a directory on this host. `lull dev`, the demo, the end-to-end tests and the
+// is exercised), the pod runner that starts a runtime process (and an agent
+// process for a pod with the agent sidecar) for every running session pod,
+// and the provisioner of the lull-dev StorageClass that gives session pods'
+// claims a directory on this host. `lull dev`, the demo, the end-to-end
+// tests and the
 // benchmark all start from here.
 package localenv
 
@@ -31,6 +33,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
+	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/devcluster"
 	"lull.dev/lull/internal/devstorage"
 	"lull.dev/lull/internal/install"
@@ -44,8 +47,9 @@ type Options struct {
 	StateDir string
 	// Progress receives one line per startup step; may be nil.
 	Progress io.Writer
-	// LullBinary is the lull executable that runs the controller and the
-	// reference runtimes; empty means this process's own executable.
+	// LullBinary is the lull executable that runs the controller, the
+	// reference runtimes and the agent sidecars; empty means this process's
+	// own executable.
 	LullBinary string
 	// RuntimeArgs are added to every reference runtime's arguments, after
 	// the container's own.
@@ -120,6 +124,10 @@ func Up(ctx context.Context, opts Options) (_ *Env, err error) {
 		Config: cl.Config, Server: cl.Server, CAFile: cl.CAFile,
 		Dir: filepath.Join(cl.StateDir, "pods"),
 		Command: func(_ *corev1.Pod, c *corev1.Container) (string, []string) {
+			if c.Name == lullv1.AgentContainerName {
+				// The injected sidecar runs `lull agent` with its args.
+				return opts.LullBinary, append([]string{"agent"}, c.Args...)
+			}
 			args := append([]string{"example-runtime"}, c.Args...)
 			return opts.LullBinary, append(args, opts.RuntimeArgs...)
 		},

@@ -30,22 +30,24 @@ const (
 	upAfter = time.Second
 )
 
-// supervise restarts p's runtime when it exits on its own, as a kubelet
-// restarts a crashed container: the pod's status shows CrashLoopBackOff
-// during a back-off of 10 s, doubling up to 5 minutes (reset once a
-// process has run for twice that), and the process is restarted as long as
-// the pod is still the same pod, Running and not being deleted. It returns
-// once p is stopped or its pod has gone.
-func (r *Runner) supervise(ctx context.Context, p *proc) {
+// supervise restarts c's process when it exits on its own, as a kubelet
+// restarts a crashed container (or a restartable init container): after a
+// back-off of 10 s, doubling up to 5 minutes (reset once a process has run
+// for twice that), as long as the pod is still the same pod, Running and
+// not being deleted. For the runtime container the pod's status shows
+// CrashLoopBackOff during the back-off, and running again once the
+// restarted process is up. It returns once p is stopped or its pod has
+// gone.
+func (r *Runner) supervise(ctx context.Context, p *proc, c *container) {
 	defer r.wg.Done()
 	pod := p.pod
 	backoff := r.backoff
 	var restarts int32
 	for {
 		r.mu.Lock()
-		cur := p.cur
+		cur := c.cur
 		r.mu.Unlock()
-		if restarts > 0 {
+		if restarts > 0 && c.reportsStatus {
 			// A restart: the container shows CrashLoopBackOff until the
 			// process has been up for a moment.
 			select {
@@ -64,7 +66,7 @@ func (r *Runner) supervise(ctx context.Context, p *proc) {
 		select {
 		case <-cur.done:
 		case <-p.quit:
-			return // stop waits for the process
+			return // halt waits for the process
 		case <-ctx.Done():
 			return
 		}
@@ -73,31 +75,19 @@ func (r *Runner) supervise(ctx context.Context, p *proc) {
 			return
 		}
 
-		// The runtime exited on its own while its pod runs.
+		// The process exited on its own while its pod runs.
 		if finished.Sub(cur.started) >= 2*r.backoffMax {
 			backoff = r.backoff // it had been running fine for long
 		}
 		restarts++
-		tail := logTail(r.logPath(pod), 2)
-		code, reason := exitCode(cur.err)
-		alive, err := r.patchContainer(ctx, p, false, func(cs *corev1.ContainerStatus) {
-			cs.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
-				Reason:  "CrashLoopBackOff",
-				Message: fmt.Sprintf("back-off %s restarting failed container %s (%s): %s", backoff, cs.Name, exitText(cur.err), tail),
-			}}
-			cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-				ExitCode: code, Reason: reason, Message: tail,
-				StartedAt: metav1.NewTime(cur.started), FinishedAt: metav1.NewTime(finished),
-			}}
-			cs.Ready, cs.Started, cs.RestartCount = false, ptr.To(false), restarts
-		})
+		alive, err := r.reportExit(ctx, p, c, cur, finished, backoff, restarts)
 		if err != nil {
-			r.logf("pod %s/%s (%s): report the crashed runtime: %v\n", pod.Namespace, pod.Name, pod.UID, err)
+			r.logf("pod %s/%s (%s): report the crashed container %s: %v\n", pod.Namespace, pod.Name, pod.UID, c.name, err)
 		}
 		if !alive {
 			return // the pod is gone, replaced, terminating or finished
 		}
-		r.logf("pod %s/%s (%s): runtime crashed (%s); restart %d in %s\n", pod.Namespace, pod.Name, pod.UID, exitText(cur.err), restarts, backoff)
+		r.logf("pod %s/%s (%s): container %s crashed (%s); restart %d in %s\n", pod.Namespace, pod.Name, pod.UID, c.name, exitText(cur.err), restarts, backoff)
 		select {
 		case <-time.After(backoff):
 		case <-p.quit:
@@ -112,13 +102,37 @@ func (r *Runner) supervise(ctx context.Context, p *proc) {
 			return
 		}
 		r.mu.Lock()
-		err = r.launch(p)
+		err = r.launch(p, c)
 		r.mu.Unlock()
 		if err != nil {
-			r.logf("pod %s/%s (%s): cannot restart runtime: %v\n", pod.Namespace, pod.Name, pod.UID, err)
+			r.logf("pod %s/%s (%s): cannot restart container %s: %v\n", pod.Namespace, pod.Name, pod.UID, c.name, err)
 			return
 		}
 	}
+}
+
+// reportExit records that c's process cur exited on its own: for the
+// runtime container, CrashLoopBackOff in the pod's status with the exit
+// and the log's last lines; for the sidecar, whose status the runner does
+// not write, nothing. alive reports whether the pod still is the pod p ran
+// for, Running and not being deleted.
+func (r *Runner) reportExit(ctx context.Context, p *proc, c *container, cur *run, finished time.Time, backoff time.Duration, restarts int32) (alive bool, err error) {
+	if !c.reportsStatus {
+		return r.podRunning(ctx, p)
+	}
+	tail := logTail(c.log, 2)
+	code, reason := exitCode(cur.err)
+	return r.patchContainer(ctx, p, false, func(cs *corev1.ContainerStatus) {
+		cs.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+			Reason:  "CrashLoopBackOff",
+			Message: fmt.Sprintf("back-off %s restarting failed container %s (%s): %s", backoff, cs.Name, exitText(cur.err), tail),
+		}}
+		cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: code, Reason: reason, Message: tail,
+			StartedAt: metav1.NewTime(cur.started), FinishedAt: metav1.NewTime(finished),
+		}}
+		cs.Ready, cs.Started, cs.RestartCount = false, ptr.To(false), restarts
+	})
 }
 
 // podRunning reads p's pod: alive is true while it is the pod p ran for

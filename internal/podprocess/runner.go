@@ -1,16 +1,3 @@
-// Package podprocess stands in for the kubelet on the local control plane:
-// KWOK moves pods through their phases without running containers, and this
-// runner starts each running session pod's runtime as a process on the
-// host, authenticated as the pod's ServiceAccount with a TokenRequest token
-// bound to the pod, and given the pod's UID the way the downward API gives
-// it. When the pod is deleted the process is stopped (SIGTERM, then SIGKILL
-// after the grace period), and the replacement pod gets a new process.
-//
-// A runtime that exits on its own while its pod runs is treated as a
-// kubelet treats a crashed container: the pod's status shows the container
-// in CrashLoopBackOff, not ready, with its restart count, and the process is
-// restarted after a back-off (10 s, doubling, at most 5 minutes); once the
-// restarted process is up, the container shows running and ready again.
 package podprocess
 
 import (
@@ -21,19 +8,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 )
@@ -44,25 +30,29 @@ const EnvJournal = "LULL_JOURNAL"
 
 // Options configure a Runner.
 type Options struct {
-	// Config is an admin client config; the runner uses it to watch pods and
-	// to request tokens, never to run a runtime.
+	// Config is an admin client config; the runner uses it to watch pods,
+	// to read claims and volumes and to request tokens, never to run a
+	// process.
 	Config *rest.Config
-	// Server and CAFile are what a runtime's kubeconfig points at.
+	// Server and CAFile are what a process's kubeconfig points at.
 	Server, CAFile string
-	// Dir holds the per-pod kubeconfigs, logs and journals; created.
+	// Dir holds the per-pod kubeconfigs, logs, journals and emptyDir
+	// volumes; created, and made absolute.
 	Dir string
-	// Command returns the host command that runs a pod's runtime container:
-	// the binary and its arguments. The container's environment is added by
-	// the runner.
+	// Command returns the host command that runs a container of a pod: the
+	// binary and its arguments. It is called for the runtime container and,
+	// when the pod has one, for the agent sidecar (the init container
+	// lullv1.AgentContainerName). The runner rewrites mount paths in the
+	// arguments and adds the container's environment.
 	Command func(pod *corev1.Pod, c *corev1.Container) (string, []string)
-	// GracePeriod is how long a stopped runtime has after SIGTERM; zero
+	// GracePeriod is how long a stopped process has after SIGTERM; zero
 	// means 5 s.
 	GracePeriod time.Duration
 	// Log receives one line per process start and stop; may be nil.
 	Log io.Writer
 }
 
-// Runner runs one host process per running session pod.
+// Runner runs host processes for the containers of running session pods.
 type Runner struct {
 	opts   Options
 	client kubernetes.Interface
@@ -70,6 +60,8 @@ type Runner struct {
 	// Restart back-off: the first delay, its cap, and how long a restarted
 	// process must stay up to count as running.
 	backoff, backoffMax, upAfter time.Duration
+	// listenWait bounds the wait for the agent sidecar to listen.
+	listenWait time.Duration
 
 	mu         sync.Mutex
 	procs      map[types.UID]*proc
@@ -79,16 +71,24 @@ type Runner struct {
 	wg         sync.WaitGroup
 }
 
-// proc is the runtime of one pod: its current process and its restarts.
+// proc is the processes of one pod: its runtime's and its agent sidecar's.
 type proc struct {
-	pod        *corev1.Pod // as first seen running
-	kubeconfig string
-	quit       chan struct{} // closed by stop: the runtime is not restarted
-	quitOnce   sync.Once
-	cur        *run // guarded by Runner.mu
+	pod      *corev1.Pod // as first seen running
+	runtime  *container
+	agent    *container    // nil without the agent sidecar
+	quit     chan struct{} // closed by halt: nothing is restarted
+	quitOnce sync.Once
 }
 
-// run is one process of a pod's runtime.
+// containers returns p's containers in start order: the sidecar first.
+func (p *proc) containers() []*container {
+	if p.agent == nil {
+		return []*container{p.runtime}
+	}
+	return []*container{p.agent, p.runtime}
+}
+
+// run is one process of a container.
 type run struct {
 	cmd     *exec.Cmd
 	started time.Time
@@ -113,7 +113,15 @@ func New(opts Options) (*Runner, error) {
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
-	for _, d := range []string{"kubeconfig", "logs", "journals"} {
+	// Absolute: the host directories written into env values and args
+	// (unix:// socket URLs among them) must not depend on a process's
+	// working directory.
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	opts.Dir = dir
+	for _, d := range []string{"kubeconfig", "logs", "journals", "volumes"} {
 		if err := os.MkdirAll(filepath.Join(opts.Dir, d), 0o700); err != nil {
 			return nil, err
 		}
@@ -132,7 +140,7 @@ func New(opts Options) (*Runner, error) {
 
 func newRunner(opts Options, client kubernetes.Interface) *Runner {
 	return &Runner{opts: opts, client: client, procs: map[types.UID]*proc{}, finalizing: map[types.UID]bool{},
-		backoff: restartBackoff, backoffMax: restartBackoffMax, upAfter: upAfter}
+		backoff: restartBackoff, backoffMax: restartBackoffMax, upAfter: upAfter, listenWait: listenWait}
 }
 
 // JournalDir is where the runtimes' turn journals are written.
@@ -156,6 +164,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			}
 			if pod, ok := o.(*corev1.Pod); ok {
 				r.stop(pod.UID)
+				r.removeVolumes(pod)
 			}
 		},
 	})
@@ -174,8 +183,8 @@ func (r *Runner) Run(ctx context.Context) error {
 	return nil
 }
 
-// sync starts the runtime of a running pod, and stops it once the pod is
-// being deleted or has finished.
+// sync starts the processes of a running pod, and stops them once the pod
+// is being deleted or has finished.
 func (r *Runner) sync(ctx context.Context, pod *corev1.Pod) {
 	if pod.DeletionTimestamp != nil {
 		r.finalize(ctx, pod)
@@ -195,15 +204,16 @@ func (r *Runner) sync(ctx context.Context, pod *corev1.Pod) {
 		return
 	}
 	if err := r.start(ctx, pod); err != nil {
-		r.logf("pod %s/%s: cannot start runtime: %v\n", pod.Namespace, pod.Name, err)
+		r.logf("pod %s/%s: cannot start: %v; retrying\n", pod.Namespace, pod.Name, err)
 		r.retryStart(ctx, pod)
 	}
 }
 
-// retryStart syncs a pod again, with a growing pause, until its runtime
-// starts or the pod stops needing one: a kubelet keeps trying to start a
+// retryStart syncs a pod again, with a growing pause, until its processes
+// start or the pod stops needing them: a kubelet keeps trying to start a
 // pod's containers, and no later update of the pod would bring another try
-// (a token request the restarting API server refused, for example).
+// (a token request the restarting API server refused, a claim bound since,
+// for example).
 func (r *Runner) retryStart(ctx context.Context, pod *corev1.Pod) {
 	r.mu.Lock()
 	if r.retrying == nil {
@@ -242,138 +252,90 @@ func (r *Runner) retryStart(ctx context.Context, pod *corev1.Pod) {
 				return
 			}
 			err := r.start(ctx, cur)
-			if err == nil {
+			if err == nil || ctx.Err() != nil {
 				return
 			}
-			r.logf("pod %s/%s: cannot start runtime: %v; retrying in %s\n", pod.Namespace, pod.Name, err, min(2*wait, 10*time.Second))
+			r.logf("pod %s/%s: cannot start: %v; retrying in %s\n", pod.Namespace, pod.Name, err, min(2*wait, 10*time.Second))
 		}
 	}()
 }
 
+// start prepares pod's processes and starts them. On error nothing of the
+// pod runs and it may be started again.
 func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
-	if runtimeContainer(pod) == nil {
-		return fmt.Errorf("no containers")
-	}
-	kubeconfig, err := r.writeKubeconfig(ctx, pod)
+	p, err := r.prepare(ctx, pod)
 	if err != nil {
 		return err
 	}
-	p := &proc{pod: pod.DeepCopy(), kubeconfig: kubeconfig, quit: make(chan struct{})}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, running := r.procs[pod.UID]; running {
+	if _, running := r.procs[pod.UID]; running || r.finalizing[pod.UID] {
+		r.mu.Unlock()
 		return nil
 	}
-	if err := r.launch(p); err != nil {
+	r.procs[pod.UID] = p
+	r.mu.Unlock()
+	if err := r.startContainers(ctx, p); err != nil {
+		r.abandon(p)
 		return err
 	}
-	r.procs[pod.UID] = p
-	r.wg.Add(1)
-	go r.supervise(ctx, p)
 	return nil
 }
 
-// launch starts a process of p's runtime, its output appended to the pod's
-// log, unless p is being stopped. r.mu must be held.
-func (r *Runner) launch(p *proc) error {
+// abandon stops the processes of a pod whose start failed and forgets it,
+// so that it is started again, unless stop has stopped it for good.
+func (r *Runner) abandon(p *proc) {
+	r.mu.Lock()
+	stopped := p.quitting()
+	r.mu.Unlock()
+	r.halt(p)
+	if stopped {
+		return
+	}
+	r.mu.Lock()
+	if r.procs[p.pod.UID] == p {
+		delete(r.procs, p.pod.UID)
+	}
+	r.mu.Unlock()
+}
+
+// launchLocked is launch with r.mu held.
+func (r *Runner) launchLocked(p *proc, c *container) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.launch(p, c)
+}
+
+// launch starts a process of c, its output appended to c's log, unless p
+// is being stopped. r.mu must be held.
+func (r *Runner) launch(p *proc, c *container) error {
 	if p.quitting() {
 		return errors.New("pod is stopping")
 	}
 	pod := p.pod
-	c := runtimeContainer(pod)
-	base := fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID)
-	logf, err := os.OpenFile(r.logPath(pod), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logf, err := os.OpenFile(c.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	name, args := r.opts.Command(pod, c)
-	cmd := exec.Command(name, args...)
-	cmd.Env = append(containerEnv(pod, c), "KUBECONFIG="+p.kubeconfig, EnvJournal+"="+filepath.Join(r.JournalDir(), base+".jsonl"), "HOME="+os.Getenv("HOME"), "PATH="+os.Getenv("PATH"))
+	cmd := exec.Command(c.path, c.args...)
+	cmd.Env = c.env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return err
+		return fmt.Errorf("container %s: %w", c.name, err)
 	}
 	cur := &run{cmd: cmd, started: time.Now(), done: make(chan struct{})}
-	p.cur = cur
+	c.cur = cur
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
 		cur.err = cmd.Wait()
 		logf.Close()
 		close(cur.done)
-		r.logf("pod %s/%s (%s): runtime exited: %v\n", pod.Namespace, pod.Name, pod.UID, exitText(cur.err))
+		r.logf("pod %s/%s (%s): container %s exited: %v\n", pod.Namespace, pod.Name, pod.UID, c.name, exitText(cur.err))
 	}()
-	r.logf("pod %s/%s (%s): runtime started, pid %d\n", pod.Namespace, pod.Name, pod.UID, cmd.Process.Pid)
+	r.logf("pod %s/%s (%s): container %s started, pid %d\n", pod.Namespace, pod.Name, pod.UID, c.name, cmd.Process.Pid)
 	return nil
-}
-
-// finalize finishes a pod's deletion as a kubelet does: the runtime is
-// stopped, then the pod is deleted with grace period 0 and its UID as a
-// precondition, so a new pod of the same name is never touched. It runs
-// once per pod UID.
-func (r *Runner) finalize(ctx context.Context, pod *corev1.Pod) {
-	r.mu.Lock()
-	if r.finalizing[pod.UID] {
-		r.mu.Unlock()
-		return
-	}
-	r.finalizing[pod.UID] = true
-	r.mu.Unlock()
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		r.stop(pod.UID)
-		uid := pod.UID
-		// Retried until it lands: nothing else changes a terminating pod,
-		// so no later update would bring another try (an API server that
-		// is restarting refuses the first ones).
-		for wait := 200 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-			err := r.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
-				GracePeriodSeconds: ptr.To[int64](0),
-				Preconditions:      &metav1.Preconditions{UID: &uid},
-			})
-			if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-				return
-			}
-			r.logf("pod %s/%s (%s): finish deletion: %v; retrying in %s\n", pod.Namespace, pod.Name, uid, err, wait)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
-		}
-	}()
-}
-
-// stop ends a pod's runtime for good: no restart, SIGTERM to the process
-// group of its current process, SIGKILL after the grace period. The entry
-// stays in procs so the pod is never started twice.
-func (r *Runner) stop(uid types.UID) {
-	r.mu.Lock()
-	p, ok := r.procs[uid]
-	var cur *run
-	if ok {
-		p.quitOnce.Do(func() { close(p.quit) })
-		cur = p.cur
-	}
-	r.mu.Unlock()
-	if cur == nil {
-		return
-	}
-	select {
-	case <-cur.done:
-		return
-	default:
-	}
-	_ = syscall.Kill(-cur.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-cur.done:
-	case <-time.After(r.opts.GracePeriod):
-		_ = syscall.Kill(-cur.cmd.Process.Pid, syscall.SIGKILL)
-		<-cur.done
-	}
 }
 
 // logf writes one time-stamped line to the runner's log.
@@ -381,8 +343,18 @@ func (r *Runner) logf(format string, args ...any) {
 	fmt.Fprintf(r.opts.Log, time.Now().Format("15:04:05.000000")+" "+format, args...)
 }
 
+// podBase names a pod's files: namespace, name and UID.
+func podBase(pod *corev1.Pod) string {
+	return fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID)
+}
+
 // logPath is the file a pod's runtime writes its output to; restarts
 // append to it.
 func (r *Runner) logPath(pod *corev1.Pod) string {
-	return filepath.Join(r.opts.Dir, "logs", fmt.Sprintf("%s_%s_%s.log", pod.Namespace, pod.Name, pod.UID))
+	return filepath.Join(r.opts.Dir, "logs", podBase(pod)+".log")
+}
+
+// sidecarLogPath is the file a pod's agent sidecar writes its output to.
+func (r *Runner) sidecarLogPath(pod *corev1.Pod) string {
+	return strings.TrimSuffix(r.logPath(pod), ".log") + "_" + lullv1.AgentContainerName + ".log"
 }

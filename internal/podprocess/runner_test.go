@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,10 +48,29 @@ func runningPod(name string, uid types.UID) *corev1.Pod {
 
 // testRunner runs each pod's runtime as `sh -c script`, the script
 // being given the pod's name as $1, with back-offs of a few milliseconds.
-func testRunner(t *testing.T, script string, objs ...*corev1.Pod) (*Runner, *fake.Clientset, string) {
+func testRunner(t *testing.T, script string, pods ...*corev1.Pod) (*Runner, *fake.Clientset, string) {
+	t.Helper()
+	e := newTestEnv(t, func(pod *corev1.Pod, _ *corev1.Container) (string, []string) {
+		return "/bin/sh", []string{"-c", script, "sh", pod.Name}
+	}, pods)
+	return e.r, e.cs, e.dir
+}
+
+// testEnv is a running Runner over a fake clientset, and its log.
+type testEnv struct {
+	r   *Runner
+	cs  *fake.Clientset
+	dir string
+	log *testLog
+}
+
+// newTestEnv starts a runner that runs containers with command, over a
+// fake clientset holding pods and objs, with back-offs of a few
+// milliseconds and a 1 s wait for an agent sidecar to listen. The fake grants any token request.
+func newTestEnv(t *testing.T, command func(*corev1.Pod, *corev1.Container) (string, []string), pods []*corev1.Pod, objs ...runtime.Object) *testEnv {
 	t.Helper()
 	dir := t.TempDir()
-	cs := fake.NewClientset()
+	cs := fake.NewClientset(objs...)
 	// The fake cannot create tokens; any token will do.
 	cs.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() != "token" {
@@ -58,35 +78,44 @@ func testRunner(t *testing.T, script string, objs ...*corev1.Pod) (*Runner, *fak
 		}
 		return true, &authenticationv1.TokenRequest{Status: authenticationv1.TokenRequestStatus{Token: "token"}}, nil
 	})
-	for _, p := range objs {
+	for _, p := range pods {
 		if _, err := cs.CoreV1().Pods(p.Namespace).Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, d := range []string{"kubeconfig", "logs", "journals"} {
+	for _, d := range []string{"kubeconfig", "logs", "journals", "volumes"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
-	r := newRunner(Options{
-		Server: "https://127.0.0.1:1", Dir: dir, GracePeriod: time.Second, Log: testLog{t},
-		Command: func(pod *corev1.Pod, _ *corev1.Container) (string, []string) {
-			return "/bin/sh", []string{"-c", script, "sh", pod.Name}
-		},
-	}, cs)
-	r.backoff, r.backoffMax, r.upAfter = 200*time.Millisecond, 400*time.Millisecond, 300*time.Millisecond
+	log := &testLog{t: t}
+	r := newRunner(Options{Server: "https://127.0.0.1:1", Dir: dir, GracePeriod: time.Second, Log: log, Command: command}, cs)
+	r.backoff, r.backoffMax, r.upAfter, r.listenWait = 200*time.Millisecond, 400*time.Millisecond, 300*time.Millisecond, time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return r, cs, dir
+	return &testEnv{r: r, cs: cs, dir: dir, log: log}
 }
 
-type testLog struct{ t *testing.T }
+// testLog passes the runner's log to the test's and keeps it.
+type testLog struct {
+	t    *testing.T
+	mu   sync.Mutex
+	text strings.Builder
+}
 
-func (l testLog) Write(p []byte) (int, error) {
+func (l *testLog) Write(p []byte) (int, error) {
 	l.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.text.Write(p)
+}
+
+func (l *testLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.text.String()
 }
 
 func waitPod(t *testing.T, cs *fake.Clientset, name, what string, cond func(*corev1.Pod) error) *corev1.Pod {

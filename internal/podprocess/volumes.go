@@ -1,0 +1,188 @@
+package podprocess
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// EnvDevMounts names the variable that lists, one "mountPath=hostDir" per
+// line, the mount paths of a process's container that the runner mapped to
+// host directories, in the order of the container's volumeMounts; empty
+// when it mounts no mapped volume. A runtime under `lull dev` reads it to
+// map paths that are not in its env or args.
+const EnvDevMounts = "LULL_DEV_MOUNTS"
+
+// mount is one volume mount of a container mapped to the host.
+type mount struct {
+	path string // the mount path in the container, cleaned
+	host string // the host directory standing in for it
+}
+
+// volumeDir is the host directory that holds a pod's emptyDir volumes.
+func (r *Runner) volumeDir(uid types.UID) string {
+	return filepath.Join(r.opts.Dir, "volumes", string(uid))
+}
+
+// podVolumes returns the host directory of each of pod's volumes that has
+// one, by volume name: an emptyDir gets a directory under volumeDir,
+// created here; a persistentVolumeClaim gets the hostPath of the
+// PersistentVolume it is bound to. It fails while a claim is not bound.
+func (r *Runner) podVolumes(ctx context.Context, pod *corev1.Pod) (map[string]string, error) {
+	dirs := map[string]string{}
+	for _, v := range pod.Spec.Volumes {
+		switch {
+		case v.EmptyDir != nil:
+			dir := filepath.Join(r.volumeDir(pod.UID), v.Name)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return nil, fmt.Errorf("volume %s: %w", v.Name, err)
+			}
+			dirs[v.Name] = dir
+		case v.PersistentVolumeClaim != nil:
+			dir, err := r.claimDir(ctx, pod.Namespace, v.PersistentVolumeClaim.ClaimName)
+			if err != nil {
+				return nil, fmt.Errorf("volume %s: %w", v.Name, err)
+			}
+			dirs[v.Name] = dir
+		}
+	}
+	return dirs, nil
+}
+
+// claimDir resolves a claim to the host directory of its volume: claim,
+// then spec.volumeName, then the PersistentVolume's spec.hostPath.path.
+func (r *Runner) claimDir(ctx context.Context, ns, claim string) (string, error) {
+	pvc, err := r.client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("persistentvolumeclaim %s/%s: %w", ns, claim, err)
+	}
+	if pvc.Spec.VolumeName == "" || pvc.Status.Phase != corev1.ClaimBound {
+		return "", fmt.Errorf("persistentvolumeclaim %s/%s is not bound yet (phase %q): the pod's processes start once it is bound to a volume", ns, claim, pvc.Status.Phase)
+	}
+	pv, err := r.client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("persistentvolume %s of claim %s/%s: %w", pvc.Spec.VolumeName, ns, claim, err)
+	}
+	if pv.Spec.HostPath == nil {
+		return "", fmt.Errorf("persistentvolume %s of claim %s/%s is not a hostPath volume: under lull dev a claim's volume must be a host directory", pv.Name, ns, claim)
+	}
+	return pv.Spec.HostPath.Path, nil
+}
+
+// mountsOf maps c's volumeMounts of the volumes in dirs (by volume name) to
+// host directories, a subPath (or subPathExpr, expanded with env, the
+// container's resolved environment) joined to its volume's directory.
+// Mounts of other volumes, and at "/" or a relative path, are left out:
+// nothing could be rewritten for them.
+func mountsOf(c *corev1.Container, dirs map[string]string, env map[string]string) ([]mount, error) {
+	var mounts []mount
+	for _, vm := range c.VolumeMounts {
+		host, ok := dirs[vm.Name]
+		p := path.Clean(vm.MountPath)
+		if !ok || !path.IsAbs(p) || p == "/" {
+			continue
+		}
+		sub := vm.SubPath
+		if vm.SubPathExpr != "" {
+			sub = expandVars(vm.SubPathExpr, env)
+		}
+		if sub != "" {
+			if !filepath.IsLocal(sub) {
+				return nil, fmt.Errorf("container %s: mount of volume %s at %s: subPath %q must be a relative path inside the volume", c.Name, vm.Name, vm.MountPath, sub)
+			}
+			host = filepath.Join(host, sub)
+		}
+		mounts = append(mounts, mount{path: p, host: host})
+	}
+	return mounts, nil
+}
+
+// varRef is a reference to a container variable, $(NAME), as the kubelet
+// expands them in subPathExpr.
+var varRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)`)
+
+// expandVars replaces each $(NAME) in s by NAME's value in env; a reference
+// to an undefined variable is left as written, as the kubelet leaves it.
+func expandVars(s string, env map[string]string) string {
+	return varRef.ReplaceAllStringFunc(s, func(ref string) string {
+		if v, ok := env[ref[2:len(ref)-1]]; ok {
+			return v
+		}
+		return ref
+	})
+}
+
+// devMounts is the value of EnvDevMounts for mounts.
+func devMounts(mounts []mount) string {
+	lines := make([]string, len(mounts))
+	for i, m := range mounts {
+		lines[i] = m.path + "=" + m.host
+	}
+	return strings.Join(lines, "\n")
+}
+
+// rewritePaths returns s with each occurrence of a mount path as a path
+// prefix replaced by the mount's host directory. An occurrence counts where
+// a path can start — at the start of s, after a character that cannot be
+// part of a path (=, :, a comma, a space, a quote…) or after the "://" of a
+// URL with an empty host (unix:///run/lull/agent.sock) — and where the path
+// goes on into the mount or ends: at the end of s, before '/', or before a
+// character that cannot be part of a path. So /workspace is rewritten in
+// /workspace, /workspace/src, --dir=/workspace and a:/workspace, not in
+// /workspace2, /workspace.old or /srv/workspace. Where mount paths nest,
+// the longest wins; what is written in is not rewritten again.
+func rewritePaths(s string, mounts []mount) string {
+	if len(mounts) == 0 {
+		return s
+	}
+	longestFirst := slices.Clone(mounts)
+	slices.SortStableFunc(longestFirst, func(a, b mount) int { return len(b.path) - len(a.path) })
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		if pathStart(s, i) {
+			if m, ok := mountAt(s, i, longestFirst); ok {
+				b.WriteString(m.host)
+				i += len(m.path)
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+		i++
+	}
+	return b.String()
+}
+
+// pathStart reports whether an absolute path can start at s[i].
+func pathStart(s string, i int) bool {
+	return i == 0 || !isPathByte(s[i-1]) || strings.HasSuffix(s[:i], "://")
+}
+
+// mountAt returns the first of mounts whose path occurs at s[i] and ends
+// there as a path component does.
+func mountAt(s string, i int, mounts []mount) (mount, bool) {
+	for _, m := range mounts {
+		if !strings.HasPrefix(s[i:], m.path) {
+			continue
+		}
+		if end := i + len(m.path); end == len(s) || s[end] == '/' || !isPathByte(s[end]) {
+			return m, true
+		}
+	}
+	return mount{}, false
+}
+
+// isPathByte reports whether b can be part of a path as people write them:
+// letters, digits, '/', ".-_~+@%", and any byte of a non-ASCII character.
+func isPathByte(b byte) bool {
+	return b >= 0x80 || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' ||
+		strings.IndexByte("/._-~+@%", b) >= 0
+}
