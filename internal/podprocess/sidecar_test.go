@@ -210,7 +210,7 @@ func TestAgentStartsFirstAndStopsLast(t *testing.T) {
 		t.Errorf("events %q, want %q", lines, want)
 	}
 
-	vols := filepath.Join(e.dir, "volumes", "uid-1")
+	vols := e.r.volumeDir("uid-1")
 	socketDir := filepath.Join(vols, lullv1.AgentSocketVolume)
 	agentEnv, runtimeEnv := envOf(waitFile(t, events+".agent-env"), "\x00"), envOf(waitFile(t, events+".runtime-env"), "\n")
 	if got, want := runtimeEnv[lullv1.EnvAgentSocket], filepath.Join(socketDir, "agent.sock"); got != want {
@@ -284,7 +284,7 @@ func TestAgentCrashIsRestarted(t *testing.T) {
 func TestSilentAgentFailsTheStart(t *testing.T) {
 	e, events := sidecarEnv(t, "silent")
 	waitEvent(t, events, "agent listening", 2) // started again
-	if want := "agent sidecar not listening on " + filepath.Join(e.dir, "volumes", "uid-1", lullv1.AgentSocketVolume, "agent.sock") + " after 1s"; !strings.Contains(e.log.String(), want) {
+	if want := "agent sidecar not listening on " + filepath.Join(e.r.volumeDir("uid-1"), lullv1.AgentSocketVolume, "agent.sock") + " after 1s"; !strings.Contains(e.log.String(), want) {
 		t.Errorf("log lacks %q:\n%s", want, e.log.String())
 	}
 	if text := readFile(events); strings.Contains(text, "runtime started") || !strings.Contains(text, "agent stopped while the runtime ran") {

@@ -2,6 +2,8 @@ package podprocess
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path"
@@ -28,9 +30,13 @@ type mount struct {
 	host string // the host directory standing in for it
 }
 
-// volumeDir is the host directory that holds a pod's emptyDir volumes.
+// volumeDir is the host directory that holds a pod's emptyDir volumes:
+// volumes/ and 16 hex characters of the SHA-256 of the pod's UID, not the
+// UID itself, so the agent's socket path in it stays under the 107 bytes a
+// unix socket path may have even under a long state directory.
 func (r *Runner) volumeDir(uid types.UID) string {
-	return filepath.Join(r.opts.Dir, "volumes", string(uid))
+	sum := sha256.Sum256([]byte(uid))
+	return filepath.Join(r.opts.Dir, "volumes", hex.EncodeToString(sum[:8]))
 }
 
 // podVolumes returns the host directory of each of pod's volumes that has

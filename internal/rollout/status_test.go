@@ -14,6 +14,20 @@ import (
 )
 
 func TestNextStatus(t *testing.T) {
+	t.Run("pod waiting for a claim names it", func(t *testing.T) {
+		f := newFixture()
+		f.o.Pod.Status.Phase = corev1.PodPending
+		f.o.PendingClaims = []string{`PersistentVolumeClaim workspace-alice-0 is Pending: ProvisioningFailed: storageclass.storage.k8s.io "fast" not found`}
+		st := NextStatus(f.o, Decide(f.o))
+		assertCondition(t, st, lullv1.ConditionReady, metav1.ConditionFalse, ReasonClaimPending)
+		for _, c := range st.Conditions {
+			if c.Type == lullv1.ConditionReady && !strings.Contains(c.Message, "workspace-alice-0") {
+				t.Errorf("Ready message %q does not name the claim", c.Message)
+			}
+		}
+		f.o.Pod.Status.Phase = corev1.PodRunning // a claim is never blamed for a running pod
+		assertCondition(t, NextStatus(f.o, Decide(f.o)), lullv1.ConditionReady, metav1.ConditionTrue, "PodReady")
+	})
 	t.Run("drain requested", func(t *testing.T) {
 		f := newFixture()
 		f.o.Session.Status.Runtime = report(podUID, "", lullv1.RuntimeServing, 1)

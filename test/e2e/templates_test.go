@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -184,4 +186,25 @@ func TestAgentSidecarRollout(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("rollout did not converge: %v", err)
 	}
+}
+
+// A claim that cannot be bound (an unknown StorageClass) is named on the
+// Session, with the warning the volume controller gave it.
+func TestUnknownStorageClassIsNamedOnTheSession(t *testing.T) {
+	ctx := context.Background()
+	ns := "e2e-unknown-class"
+	tmpl := scenario.Template(ns, "rt", "example.com/lull/turnrunner:v1")
+	withWorkspace(tmpl)
+	tmpl.Spec.VolumeClaimTemplates[0].Spec.StorageClassName = ptr.To("nope")
+	names, err := scenario.Launch(ctx, c, tmpl, "s", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "ClaimPending naming the claim and the class", func() error {
+		r := meta.FindStatusCondition(session(t, ns, names[0]).Status.Conditions, lullv1.ConditionReady)
+		if r == nil || r.Reason != "ClaimPending" || !strings.Contains(r.Message, "workspace-s-0-0") || !strings.Contains(r.Message, `"nope"`) {
+			return fmt.Errorf("Ready = %+v", r)
+		}
+		return nil
+	})
 }
