@@ -301,6 +301,27 @@ func TestValidate(t *testing.T) {
 		{"mount at /run/lull without the agent", func(t *lullv1.SessionTemplate) {
 			t.Spec.Template.Spec.Containers[0].VolumeMounts[1].MountPath = "/run/lull"
 		}, ""},
+		{"a container mounts the agent's token volume", func(t *lullv1.SessionTemplate) {
+			t.Spec.Agent = &lullv1.AgentSpec{}
+			t.Spec.Template.Spec.Containers[1].VolumeMounts = []corev1.VolumeMount{{Name: lullv1.AgentTokenVolume, MountPath: "/t"}}
+		}, "spec.template.spec.containers[1].volumeMounts[0].name"},
+		{"a projected API-server token beside the agent", func(t *lullv1.SessionTemplate) {
+			t.Spec.Agent = &lullv1.AgentSpec{}
+			t.Spec.Template.Spec.Volumes = append(t.Spec.Template.Spec.Volumes, corev1.Volume{Name: "tok", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+				Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}})
+		}, "spec.template.spec.volumes[1].projected.sources[0].serviceAccountToken.audience"},
+		{"a token for a cloud's workload identity beside the agent", func(t *lullv1.SessionTemplate) {
+			t.Spec.Agent = &lullv1.AgentSpec{}
+			t.Spec.Template.Spec.Volumes = append(t.Spec.Template.Spec.Volumes, corev1.Volume{Name: "tok", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+				Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", Audience: "sts.amazonaws.com"}}}}}})
+		}, ""},
+		{"a shared process namespace beside the agent", func(t *lullv1.SessionTemplate) {
+			t.Spec.Agent = &lullv1.AgentSpec{}
+			t.Spec.Template.Spec.ShareProcessNamespace = ptr.To(true)
+		}, "spec.template.spec.shareProcessNamespace"},
+		{"a shared process namespace without the agent", func(t *lullv1.SessionTemplate) {
+			t.Spec.Template.Spec.ShareProcessNamespace = ptr.To(true)
+		}, ""},
 		{"claim template named like a volume", func(t *lullv1.SessionTemplate) { t.Spec.VolumeClaimTemplates[0].Name = "tmp" }, "spec.volumeClaimTemplates[0].metadata.name"},
 		{"two claim templates of one name", func(t *lullv1.SessionTemplate) {
 			t.Spec.VolumeClaimTemplates = append(t.Spec.VolumeClaimTemplates, t.Spec.VolumeClaimTemplates[0])

@@ -42,14 +42,59 @@ func Validate(t *lullv1.SessionTemplate) field.ErrorList {
 			c := &list.containers[i]
 			cp := path.Child(list.name).Index(i)
 			errs = append(errs, reservedEnv(cp, c)...)
+			for j, m := range c.VolumeMounts {
+				if strings.HasPrefix(m.Name, "lull-") {
+					errs = append(errs, field.Invalid(cp.Child("volumeMounts").Index(j).Child("name"), m.Name,
+						"volumes whose names start with lull- are lull's (the agent's socket, state and token); mount a volume of your own"))
+				}
+			}
 			if list.name == "containers" && c.Name == lullv1.RuntimeContainerName {
 				errs = append(errs, runtimeContainerErrors(cp, c, t.Spec.Agent != nil)...)
 			}
 		}
 	}
 	errs = append(errs, claimErrors(t)...)
+	if t.Spec.Agent != nil {
+		errs = append(errs, tokenPaths(t)...)
+	}
 	return errs
 }
+
+// tokenPaths refuses, with the agent sidecar, the ways a pod spec itself
+// would hand the session's token to code outside the sidecar: a projected
+// ServiceAccount token for the API server (no audience: the API server's
+// own), and a process namespace shared with the sidecar (a root process
+// reads another container's files through /proc/<pid>/root). A token for
+// another audience (a cloud provider's workload identity) is allowed: the
+// API server does not accept it. What reaches past the pod (privileged
+// containers, hostPath, hostPID) is for Pod Security Admission to refuse.
+func tokenPaths(t *lullv1.SessionTemplate) field.ErrorList {
+	var errs field.ErrorList
+	spec := &t.Spec.Template.Spec
+	path := field.NewPath("spec", "template", "spec")
+	for i, v := range spec.Volumes {
+		if v.Projected == nil {
+			continue
+		}
+		for j, src := range v.Projected.Sources {
+			if src.ServiceAccountToken != nil && src.ServiceAccountToken.Audience == "" {
+				errs = append(errs, field.Invalid(path.Child("volumes").Index(i).Child("projected", "sources").Index(j).Child("serviceAccountToken", "audience"), "",
+					"with spec.agent only the agent sidecar holds a token for the API server; set an audience other than the API server's, or remove the source"))
+			}
+		}
+	}
+	if ptrTrue(spec.ShareProcessNamespace) {
+		errs = append(errs, field.Invalid(path.Child("shareProcessNamespace"), true,
+			"with spec.agent the containers must not share a process namespace: a process could read the sidecar's token through /proc; remove the field"))
+	}
+	if spec.HostPID {
+		errs = append(errs, field.Invalid(path.Child("hostPID"), true,
+			"with spec.agent a pod must not use the node's process namespace: a process could read the sidecar's token through /proc; remove the field"))
+	}
+	return errs
+}
+
+func ptrTrue(b *bool) bool { return b != nil && *b }
 
 // claimErrors refuses claim templates whose names repeat or are taken by a
 // volume of the pod: the StatefulSet adds each claim to the pod as a volume
