@@ -42,12 +42,57 @@ func Validate(t *lullv1.SessionTemplate) field.ErrorList {
 			c := &list.containers[i]
 			cp := path.Child(list.name).Index(i)
 			errs = append(errs, reservedEnv(cp, c)...)
+			errs = append(errs, sidecarMounts(cp, c)...)
 			if list.name == "containers" && c.Name == lullv1.RuntimeContainerName {
 				errs = append(errs, runtimeContainerErrors(cp, c, t.Spec.Agent != nil)...)
 			}
 		}
 	}
 	errs = append(errs, claimErrors(t)...)
+	if t.Spec.Agent != nil {
+		errs = append(errs, agentErrors(t)...)
+	}
+	return errs
+}
+
+// sidecarMounts refuses a mount of the agent sidecar's token or state
+// volume in a container of the template: only the sidecar holds the
+// session's token, and the runtime cannot rewrite the sidecar's turn table.
+func sidecarMounts(fp *field.Path, c *corev1.Container) field.ErrorList {
+	var errs field.ErrorList
+	for j, m := range c.VolumeMounts {
+		if m.Name == lullv1.AgentTokenVolume || m.Name == lullv1.AgentStateVolume {
+			errs = append(errs, field.Forbidden(fp.Child("volumeMounts").Index(j).Child("name"),
+				"the volume "+m.Name+" belongs to the injected agent sidecar alone"))
+		}
+	}
+	return errs
+}
+
+// agentErrors refuses, with spec.agent, what would give a container other
+// than the sidecar the session's ServiceAccount token: a projected
+// serviceAccountToken volume of its own (the kubelet issues it for the
+// pod's ServiceAccount, the session's), or a shared process namespace (a
+// runtime of the sidecar's user reads /proc/<agent>/root).
+func agentErrors(t *lullv1.SessionTemplate) field.ErrorList {
+	var errs field.ErrorList
+	spec := &t.Spec.Template.Spec
+	fp := field.NewPath("spec", "template", "spec")
+	if spec.ShareProcessNamespace != nil && *spec.ShareProcessNamespace {
+		errs = append(errs, field.Forbidden(fp.Child("shareProcessNamespace"),
+			"with spec.agent, only the sidecar holds the session's token; a shared process namespace shows the sidecar's files to the other containers"))
+	}
+	for i, v := range spec.Volumes {
+		if v.Projected == nil {
+			continue
+		}
+		for j, s := range v.Projected.Sources {
+			if s.ServiceAccountToken != nil {
+				errs = append(errs, field.Forbidden(fp.Child("volumes").Index(i).Child("projected", "sources").Index(j).Child("serviceAccountToken"),
+					"with spec.agent, only the sidecar holds the session's ServiceAccount token"))
+			}
+		}
+	}
 	return errs
 }
 
@@ -64,6 +109,9 @@ func claimErrors(t *lullv1.SessionTemplate) field.ErrorList {
 	for i, c := range t.Spec.VolumeClaimTemplates {
 		fp := field.NewPath("spec", "volumeClaimTemplates").Index(i).Child("metadata", "name")
 		switch {
+		case strings.HasPrefix(c.Name, "lull-"):
+			errs = append(errs, field.Invalid(fp, c.Name,
+				"names starting with lull- are reserved for the volumes lull adds, and the StatefulSet adds each claim as a volume named like its template; rename the claim template"))
 		case seen[c.Name]:
 			errs = append(errs, field.Duplicate(fp, c.Name))
 		case volumes[c.Name]:
