@@ -90,7 +90,7 @@ func (r *Runner) container(pod *corev1.Pod, c *corev1.Container, dirs map[string
 	name, args := r.opts.Command(pod, c)
 	args = append([]string(nil), args...)
 	for i := range args {
-		args[i] = rewritePaths(args[i], mounts)
+		args[i] = rewritePaths(expandVars(args[i], vars), mounts)
 	}
 	for i, e := range env {
 		k, v, _ := strings.Cut(e, "=")
@@ -160,11 +160,13 @@ func runtimeContainer(pod *corev1.Pod) *corev1.Container {
 }
 
 // containerEnv resolves a container's environment as the kubelet would for
-// literal values and the downward API's pod fields.
+// literal values (with $(NAME) references to the variables before them
+// expanded) and the downward API's pod fields.
 func containerEnv(pod *corev1.Pod, c *corev1.Container) []string {
 	var env []string
+	defined := map[string]string{}
 	for _, e := range c.Env {
-		v := e.Value
+		v := expandVars(e.Value, defined)
 		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
 			switch e.ValueFrom.FieldRef.FieldPath {
 			case "metadata.name":
@@ -180,6 +182,7 @@ func containerEnv(pod *corev1.Pod, c *corev1.Container) []string {
 			}
 		}
 		env = append(env, e.Name+"="+v)
+		defined[e.Name] = v
 	}
 	return env
 }

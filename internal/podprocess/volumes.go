@@ -8,7 +8,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -112,19 +111,39 @@ func mountsOf(c *corev1.Container, dirs map[string]string, env map[string]string
 	return mounts, nil
 }
 
-// varRef is a reference to a container variable, $(NAME), as the kubelet
-// expands them in subPathExpr.
-var varRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)`)
-
-// expandVars replaces each $(NAME) in s by NAME's value in env; a reference
-// to an undefined variable is left as written, as the kubelet leaves it.
+// expandVars expands s as a kubelet expands env values, command, args and
+// subPathExpr: $(NAME) becomes NAME's value in env, a reference to an
+// undefined variable is left as written, and $$ is an escaped $.
 func expandVars(s string, env map[string]string) string {
-	return varRef.ReplaceAllStringFunc(s, func(ref string) string {
-		if v, ok := env[ref[2:len(ref)-1]]; ok {
-			return v
+	if !strings.Contains(s, "$") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
 		}
-		return ref
-	})
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i++
+			continue
+		case '(':
+			if end := strings.IndexByte(s[i+2:], ')'); end >= 0 {
+				name := s[i+2 : i+2+end]
+				if v, ok := env[name]; ok {
+					b.WriteString(v)
+				} else {
+					b.WriteString(s[i : i+3+end])
+				}
+				i += 2 + end
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // devMounts is the value of EnvDevMounts for mounts.

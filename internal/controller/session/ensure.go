@@ -3,12 +3,14 @@ package session
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -135,6 +137,11 @@ func ensureStatefulSet(ctx context.Context, c client.Client, live client.Reader,
 		return nil, errInvalidTemplate{err}
 	}
 	existing := &appsv1.StatefulSet{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(desired), existing); err == nil && metav1.IsControlledBy(existing, s) {
+		if err := sameClaims(existing, desired); err != nil {
+			return nil, errInvalidTemplate{err}
+		}
+	}
 	// Claim templates are immutable on a StatefulSet (and on a
 	// SessionTemplate); the retention policy is not.
 	err = ensure(ctx, c, live, s, desired, existing, "StatefulSet", func(dst, src *appsv1.StatefulSet) {
@@ -144,4 +151,37 @@ func ensureStatefulSet(ctx context.Context, c client.Client, live client.Reader,
 		dst.Spec.PersistentVolumeClaimRetentionPolicy = src.Spec.PersistentVolumeClaimRetentionPolicy
 	})
 	return existing, err
+}
+
+// sameClaims refuses a pod template for a StatefulSet whose claim templates
+// are not the ones it was rendered with. The SessionTemplate's CEL rule
+// keeps claim templates from changing, but a template deleted and created
+// again under its name passes it. A StatefulSet's claim templates cannot
+// change, so the session would never get the new claims, yet its pod would
+// be drained and replaced for them (the revision changed); a pod template
+// mounting one of them the StatefulSet API refuses less clearly.
+//
+// The StatefulSet records the hash of its claim templates as rendered
+// (AnnotationClaimTemplatesHash), which tells a changed size or class too;
+// one created before lull recorded it is compared by claim names.
+func sameClaims(existing, desired *appsv1.StatefulSet) error {
+	have, want := claimNames(existing), claimNames(desired)
+	if h, ok := existing.Annotations[AnnotationClaimTemplatesHash]; ok {
+		if h == desired.Annotations[AnnotationClaimTemplatesHash] {
+			return nil
+		}
+	} else if slices.Equal(have, want) {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(field.NewPath("spec", "volumeClaimTemplates"), want,
+		fmt.Sprintf("this session was created with the claim templates %v, and a session's claim templates cannot change; create a new Session (or restore the template's claim templates)", have))}.ToAggregate()
+}
+
+func claimNames(sts *appsv1.StatefulSet) []string {
+	names := []string{}
+	for _, c := range sts.Spec.VolumeClaimTemplates {
+		names = append(names, c.Name)
+	}
+	slices.Sort(names)
+	return names
 }

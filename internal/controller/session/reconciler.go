@@ -56,8 +56,8 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;list
 
-// Reconcile runs the phases for one session: template, identity, Service,
-// StatefulSet, rollout step, status.
+// Reconcile runs the phases for one session: template, identity,
+// StatefulSet, Service, rollout step, status.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	s := &lullv1.Session{}
 	if err := r.Client.Get(ctx, req.NamespacedName, s); err != nil {
@@ -82,9 +82,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := ensureIdentity(ctx, r.Client, r.reader(), s); err != nil {
 		return r.renderFailed(ctx, s, err)
 	}
-	if err := ensureService(ctx, r.Client, r.reader(), s, t); err != nil {
-		return r.renderFailed(ctx, s, err)
-	}
 	pod, err := r.pod(ctx, s)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -94,6 +91,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if o.StatefulSet, err = ensureStatefulSet(ctx, r.Client, r.reader(), s, t, rollout.Replicas(o)); err != nil {
+		return r.renderFailed(ctx, s, err)
+	}
+	// After the StatefulSet: a template it refuses (at render or on the API
+	// server) leaves the Service routing to the running pod as it was.
+	if err := ensureService(ctx, r.Client, r.reader(), s, t); err != nil {
 		return r.renderFailed(ctx, s, err)
 	}
 	a := rollout.Decide(o)

@@ -21,6 +21,13 @@ import (
 // update loop.
 const AnnotationSpecHash = "lull.dev/spec-hash"
 
+// AnnotationClaimTemplatesHash on a session's StatefulSet holds the hash of
+// the claim templates it was created with. A StatefulSet's claim templates
+// cannot change, so a template whose claim templates differ from it (one
+// deleted and created again under its name) is refused for the session
+// instead of replacing its pod for claims it would never get.
+const AnnotationClaimTemplatesHash = "lull.dev/claim-templates-hash"
+
 // labels returns the labels of every object rendered for a session.
 func labels(s *lullv1.Session) map[string]string {
 	return map[string]string{
@@ -57,6 +64,7 @@ func StatefulSet(s *lullv1.Session, t *lullv1.SessionTemplate, replicas int32) (
 		},
 	}
 	stampHash(&sts.ObjectMeta, sts.Spec)
+	sts.Annotations[AnnotationClaimTemplatesHash] = hash(sts.Spec.VolumeClaimTemplates)
 	return sts, nil
 }
 
@@ -279,10 +287,15 @@ func fieldRef(path string) *corev1.EnvVarSource {
 
 // stampHash records in meta the hash of what lull rendered for an object.
 func stampHash(meta *metav1.ObjectMeta, spec any) {
-	b, err := json.Marshal(spec)
+	meta.Annotations = map[string]string{AnnotationSpecHash: hash(spec)}
+}
+
+// hash is the first 16 hex characters of the SHA-256 of v's JSON encoding.
+func hash(v any) string {
+	b, err := json.Marshal(v)
 	if err != nil {
 		panic(err) // rendered API types always marshal
 	}
 	sum := sha256.Sum256(b)
-	meta.Annotations = map[string]string{AnnotationSpecHash: hex.EncodeToString(sum[:])[:16]}
+	return hex.EncodeToString(sum[:])[:16]
 }

@@ -109,6 +109,9 @@ func claimErrors(t *lullv1.SessionTemplate) field.ErrorList {
 	for i, c := range t.Spec.VolumeClaimTemplates {
 		fp := field.NewPath("spec", "volumeClaimTemplates").Index(i).Child("metadata", "name")
 		switch {
+		case strings.HasPrefix(c.Name, "lull-"):
+			errs = append(errs, field.Invalid(fp, c.Name,
+				"names starting with lull- are reserved for the volumes lull adds, and the StatefulSet adds each claim as a volume named like its template; rename the claim template"))
 		case seen[c.Name]:
 			errs = append(errs, field.Duplicate(fp, c.Name))
 		case volumes[c.Name]:
