@@ -71,32 +71,10 @@ func claim(t *testing.T, ns, name string) *corev1.PersistentVolumeClaim {
 	return pvc
 }
 
-// A session's workspace claim outlives its pod: a turn on the first pod
-// writes a file there, a drained rollout replaces the pod, and a turn on
-// the new pod reads what the first pod wrote. Suspending keeps the claim
-// (whenScaled: Retain, the default); deleting the Session deletes it
-// (whenDeleted: Delete).
-func TestWorkspaceSurvivesRollout(t *testing.T) {
-	ns, names, before := setupTemplate(t, 2, withWorkspace, "--workspace=/workspace", "--turn-min=200ms", "--turn-max=600ms", "--think-max=200ms")
-	claims := map[string]types.UID{}
-	for _, name := range names {
-		pvc := claim(t, ns, "workspace-"+name+"-0")
-		if pvc == nil || pvc.Status.Phase != corev1.ClaimBound {
-			t.Fatalf("session %s: claim workspace-%s-0 = %+v, want Bound", name, name, pvc)
-		}
-		claims[name] = pvc.UID
-		old := types.UID(before.Pods[name].UID)
-		eventually(t, 20*time.Second, name+": a turn ended on the first pod", func() error {
-			for _, tr := range turnsOn(t, old) {
-				if !tr.Ended.IsZero() {
-					return nil
-				}
-			}
-			return fmt.Errorf("no finished turn on %s", old)
-		})
-	}
-
-	rollout(t, ns, "example.com/lull/turnrunner:v2")
+// replacedAll waits until every session runs the update revision on a pod
+// other than the one it had before.
+func replacedAll(t *testing.T, ns string, names []string, before scenario.Fleet) scenario.Fleet {
+	t.Helper()
 	after, err := scenario.WaitFor(context.Background(), c, ns, names, 200*time.Millisecond, 2*time.Minute, nil, func(f scenario.Fleet) bool {
 		if !f.Converged() {
 			return false
@@ -111,6 +89,41 @@ func TestWorkspaceSurvivesRollout(t *testing.T) {
 	if err != nil {
 		t.Fatalf("rollout did not converge: %v", err)
 	}
+	return after
+}
+
+// finishedTurn waits until a turn has ended on pod.
+func finishedTurn(t *testing.T, pod types.UID, what string) {
+	t.Helper()
+	eventually(t, 20*time.Second, what, func() error {
+		for _, tr := range turnsOn(t, pod) {
+			if !tr.Ended.IsZero() {
+				return nil
+			}
+		}
+		return fmt.Errorf("no finished turn on %s", pod)
+	})
+}
+
+// A session's workspace claim outlives its pod: a turn on the first pod
+// writes a file there, a drained rollout replaces the pod, and a turn on
+// the new pod reads what the first pod wrote. Suspending keeps the claim
+// (whenScaled: Retain, the default); deleting the Session deletes it
+// (whenDeleted: Delete).
+func TestWorkspaceSurvivesRollout(t *testing.T) {
+	ns, names, before := setupTemplate(t, 2, withWorkspace, "--workspace=/workspace", "--turn-min=200ms", "--turn-max=600ms", "--think-max=200ms")
+	claims := map[string]types.UID{}
+	for _, name := range names {
+		pvc := claim(t, ns, "workspace-"+name+"-0")
+		if pvc == nil || pvc.Status.Phase != corev1.ClaimBound {
+			t.Fatalf("session %s: claim workspace-%s-0 = %+v, want Bound", name, name, pvc)
+		}
+		claims[name] = pvc.UID
+		finishedTurn(t, types.UID(before.Pods[name].UID), name+": a turn ended on the first pod")
+	}
+
+	rollout(t, ns, "example.com/lull/turnrunner:v2")
+	after := replacedAll(t, ns, names, before)
 	for _, name := range names {
 		old, cur := before.Pods[name].UID, types.UID(after.Pods[name].UID)
 		eventually(t, 20*time.Second, name+": a turn on the new pod reads the old pod's file", func() error {
@@ -175,30 +188,9 @@ func TestAgentSidecarRollout(t *testing.T) {
 		})
 	}
 	rollout(t, ns, "example.com/lull/turnrunner:v2")
-	after, err := scenario.WaitFor(context.Background(), c, ns, names, 200*time.Millisecond, 2*time.Minute, nil, func(f scenario.Fleet) bool {
-		if !f.Converged() {
-			return false
-		}
-		for _, name := range names {
-			if f.Pods[name].UID == before.Pods[name].UID {
-				return false
-			}
-		}
-		return true
-	})
-	if err != nil {
-		t.Fatalf("rollout did not converge: %v", err)
-	}
+	after := replacedAll(t, ns, names, before)
 	for _, name := range names {
-		uid := types.UID(after.Pods[name].UID)
-		eventually(t, 20*time.Second, name+": a turn finished through the new pod's agent", func() error {
-			for _, tr := range turnsOn(t, uid) {
-				if !tr.Ended.IsZero() {
-					return nil
-				}
-			}
-			return fmt.Errorf("no finished turn on %s", uid)
-		})
+		finishedTurn(t, types.UID(after.Pods[name].UID), name+": a turn finished through the new pod's agent")
 	}
 }
 
