@@ -94,8 +94,42 @@ type Snapshot struct {
 	// runtime's pod: no turn is accepted, and the runtime's clients should
 	// reconnect (to the pod that replaces it).
 	Replacing bool `json:"replacing,omitempty"`
+	// Deadline, while a drain request names a deadline, is when the pod is
+	// replaced even if turns remain (or, under onDrainTimeout Wait, when
+	// the drain is overdue): tell the user ("your session restarts for an
+	// update in 4m30s"). Zero when there is none.
+	Deadline time.Time `json:"deadline,omitzero"`
+	// UpdatePending is true while the session's pod runs an older revision
+	// than its update revision, drain or not: under the Passive strategy it
+	// is the only sign of an update, and turns go on. A runtime may show a
+	// notice ("a new version is available; restart to get it").
+	UpdatePending bool `json:"updatePending,omitempty"`
+	// UpdateRevision is the revision the session would move to, while
+	// UpdatePending.
+	UpdateRevision string `json:"updateRevision,omitempty"`
 	// Seq increases with every change of the gate.
 	Seq uint64 `json:"seq"`
+}
+
+// Notice is what the runtime is told about an update that blocks nothing:
+// the deadline of the drain request for its pod, and whether its pod is
+// stale. See Snapshot.
+type Notice struct {
+	Deadline       time.Time
+	UpdatePending  bool
+	UpdateRevision string
+}
+
+// SetNotice tells the gate the drain deadline and update status of its
+// pod; they are shown in snapshots and change nothing else.
+func (g *Gate) SetNotice(n Notice) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if n == g.notice {
+		return
+	}
+	g.notice = n
+	g.changed()
 }
 
 // Gate is the turn gate of one runtime: it admits turns while the session
@@ -128,6 +162,7 @@ type Gate struct {
 	reason       lullv1.DrainReason
 	sealed       bool // refuses turns until Published(Serving)
 	held         bool // the pod is committed for replacement: refuses turns, whatever is published
+	notice       Notice
 	everServed   bool // Serving has been published at least once
 	published    bool // a report has been published
 	active       map[*Turn]struct{}
@@ -340,5 +375,9 @@ func (g *Gate) snapshot() Snapshot {
 		LastActivity: g.lastActivity,
 		ExpiredTurns: g.expired,
 		Seq:          g.seq,
+
+		Deadline:       g.notice.Deadline,
+		UpdatePending:  g.notice.UpdatePending,
+		UpdateRevision: g.notice.UpdateRevision,
 	}
 }

@@ -53,6 +53,22 @@ func observe(s *lullv1.Session, pod types.UID) observation {
 	return observation{keep: s.Status.PodUID != pod}
 }
 
+// notice reads what s tells the runtime of pod without asking anything of
+// it: the deadline of a drain request for the pod, and whether the session
+// names the pod as its own and that pod runs another revision than the
+// update revision.
+func notice(s *lullv1.Session, pod types.UID) Notice {
+	var n Notice
+	if d := s.Status.Drain; d != nil && d.PodUID == pod && d.Deadline != nil {
+		n.Deadline = d.Deadline.Time
+	}
+	st := s.Status
+	if st.PodUID == pod && st.UpdateRevision != "" && st.CurrentRevision != "" && st.CurrentRevision != st.UpdateRevision {
+		n.UpdatePending, n.UpdateRevision = true, st.UpdateRevision
+	}
+	return n
+}
+
 // apply hands the drain request in s to the gate, and the stored report to
 // the reporter while the session names this pod as its pod.
 func (r *Runtime) apply(s *lullv1.Session) {
@@ -83,6 +99,7 @@ func (r *Runtime) apply(s *lullv1.Session) {
 		}
 		r.gate.SetRequest("", "")
 	}
+	r.gate.SetNotice(notice(s, r.cfg.PodUID))
 	// Only now is this version applied: an opening report written with it
 	// as its precondition must not land before the gate has acted on it.
 	r.reporter.seen(s.ResourceVersion)

@@ -85,6 +85,15 @@ type DrainRequest struct {
 	// issued with (SessionStatus.DrainSequence at the time).
 	// +optional
 	Sequence int64 `json:"sequence,omitempty"`
+
+	// Deadline, when set, is when the pod is replaced even if its runtime
+	// has not drained (the template's drainTimeout with onDrainTimeout
+	// Replace, or the Replace strategy, whose deadline is the request
+	// time), or, with onDrainTimeout Wait, when the drain is overdue. A
+	// runtime shows it to its user ("your session restarts for an update
+	// in 4m30s").
+	// +optional
+	Deadline *metav1.Time `json:"deadline,omitempty"`
 }
 
 // ReplacementReason says why the controller committed to replace a pod.

@@ -9,14 +9,42 @@ import (
 // UpdateStrategy says how a session whose pod runs a stale revision is moved
 // to the update revision.
 //
-// +kubebuilder:validation:Enum=Drain
+// +kubebuilder:validation:Enum=Drain;Passive;Replace
 type UpdateStrategy string
 
 const (
 	// UpdateStrategyDrain asks the runtime to finish its accepted turns and
 	// refuse new ones, and replaces the pod only after the runtime reports
-	// Drained for that pod. The default.
+	// Drained for that pod (or, with drainTimeout and onDrainTimeout
+	// Replace, once the deadline passed). The default.
 	UpdateStrategyDrain UpdateStrategy = "Drain"
+	// UpdateStrategyPassive never touches a running stale session: it
+	// shows UpToDate=False with reason UpdatePending, its runtime learns
+	// that an update is pending, and it moves to the update revision when
+	// its pod is next replaced for another reason (a suspend and resume, a
+	// failure, the lifecycle). New sessions start on the update revision.
+	UpdateStrategyPassive UpdateStrategy = "Passive"
+	// UpdateStrategyReplace replaces a stale pod at once, turns or not,
+	// for runtimes that cannot drain: the controller writes a drain
+	// request whose deadline is now (the runtime sees it), then deletes the
+	// pod with its UID as precondition and records a Warning Event.
+	UpdateStrategyReplace UpdateStrategy = "Replace"
+)
+
+// DrainTimeoutAction is what happens to a pod whose runtime has not
+// drained by the drain request's deadline.
+//
+// +kubebuilder:validation:Enum=Wait;Replace
+type DrainTimeoutAction string
+
+const (
+	// DrainTimeoutWait keeps waiting for the drain; the session shows the
+	// deadline as passed (UpToDate reason DrainOverdue) and a Warning
+	// Event is recorded once. The default.
+	DrainTimeoutWait DrainTimeoutAction = "Wait"
+	// DrainTimeoutReplace deletes the pod once the deadline has passed,
+	// whatever turns it holds, and records a Warning Event.
+	DrainTimeoutReplace DrainTimeoutAction = "Replace"
 )
 
 // UpdatePolicy says how sessions move to a new revision of their template.
@@ -26,6 +54,21 @@ type UpdatePolicy struct {
 	// +optional
 	// +kubebuilder:default=Drain
 	Strategy UpdateStrategy `json:"strategy,omitempty"`
+
+	// DrainTimeout bounds how long the runtime has to drain for an update,
+	// as a duration ("15m", "1h30m"); unset means no deadline. The deadline
+	// (request time + DrainTimeout) is written into the drain request, so
+	// the runtime can tell its user when the session restarts. A change
+	// applies to drains requested after it.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="spec.updatePolicy.drainTimeout must be at least 1s; leave it unset for no deadline"
+	DrainTimeout *metav1.Duration `json:"drainTimeout,omitempty"`
+
+	// OnDrainTimeout is what happens once the deadline passes: Wait (the
+	// default) or Replace.
+	// +optional
+	// +kubebuilder:default=Wait
+	OnDrainTimeout DrainTimeoutAction `json:"onDrainTimeout,omitempty"`
 }
 
 // DefaultAgentImage is the image of the injected agent sidecar when

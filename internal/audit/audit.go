@@ -57,6 +57,9 @@ type Deletion struct {
 	// Forced: the session carried lull.dev/force-update ("true", or the ID
 	// of the request outstanding for the pod).
 	Forced bool
+	// DeadlinePassed: the drain request for the pod named a deadline, and
+	// the deletion was seen after it.
+	DeadlinePassed bool
 	// Exempt is why the test exempted the pod; set by Check.
 	Exempt string
 	// Drained: a Drained report matching the session's drain request and
@@ -268,9 +271,10 @@ func judge(d Deletion, sightings []Sighting) Deletion {
 	if pod == nil {
 		pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: d.PodUID}}
 	}
-	g := Judge(pod, d.rv, sightings)
+	g := Judge(pod, d.rv, d.At, sightings)
 	d.Drained, d.DrainedAt, d.RequestID = g.Drained, g.DrainedAt, g.RequestID
 	d.Failed, d.FailedReason, d.NeverStarted, d.Forced, d.Detail = g.Failed, g.FailedReason, g.NeverStarted, g.Forced, g.Detail
+	d.DeadlinePassed = g.DeadlinePassed
 	return d
 }
 

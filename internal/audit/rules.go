@@ -22,7 +22,10 @@ package audit
 //     naming the pod (RuntimeNeverStarted, ReportedBefore);
 //   - the session carried lull.dev/force-update, "true" or the ID of the
 //     request outstanding for that pod (ForcedBefore), or the test exempted
-//     the pod.
+//     the pod;
+//   - the drain request outstanding for the pod named a deadline, and the
+//     deletion came after it (DeadlinePassedBefore): the runtime was told
+//     when its pod would go (the Replace strategy, onDrainTimeout Replace).
 //
 // Independently of deletions, a drain request ID issued twice for one pod
 // is a violation (RequestLedger).
@@ -251,6 +254,19 @@ func ForcedBefore(sightings []Sighting, pod types.UID, deletionRV uint64) bool {
 	return s.Force == "true" || (s.Force != "" && s.Drain != nil && s.Drain.PodUID == pod && s.Force == s.Drain.RequestID)
 }
 
+// DeadlinePassedBefore reports whether the session, as last seen before
+// deletionRV, had a drain request for pod whose deadline was not after at,
+// when the deletion was seen. (at is the auditor's clock when it saw the
+// deletion, which is later than the deletion by its watch's latency.)
+func DeadlinePassedBefore(sightings []Sighting, pod types.UID, deletionRV uint64, at time.Time) bool {
+	seen := before(sightings, deletionRV)
+	if len(seen) == 0 {
+		return false
+	}
+	d := seen[len(seen)-1].Drain
+	return d != nil && d.PodUID == pod && d.Deadline != nil && !at.Before(d.Deadline.Time)
+}
+
 // Grounds are what Judge found for one deletion.
 type Grounds struct {
 	Drained      bool
@@ -260,14 +276,17 @@ type Grounds struct {
 	FailedReason string
 	NeverStarted bool
 	Forced       bool
+	// DeadlinePassed: the pod's drain request had a deadline, passed.
+	DeadlinePassed bool
 	// Detail says what the auditor saw of the runtime, for a violation.
 	Detail string
 }
 
 // Judge applies the rules to one deletion: pod is the pod as last seen
 // before it was deleted, deletionRV the resourceVersion of the first write
-// that showed the deletion, sightings the versions of its session.
-func Judge(pod *corev1.Pod, deletionRV uint64, sightings []Sighting) Grounds {
+// that showed the deletion, at when the auditor saw it, sightings the
+// versions of its session.
+func Judge(pod *corev1.Pod, deletionRV uint64, at time.Time, sightings []Sighting) Grounds {
 	var g Grounds
 	g.DrainedAt, g.RequestID, g.Drained = DrainedBefore(sightings, pod.UID, deletionRV)
 	g.Failed, g.FailedReason = RuntimeFailed(pod)
@@ -275,6 +294,7 @@ func Judge(pod *corev1.Pod, deletionRV uint64, sightings []Sighting) Grounds {
 	never, neverWhy := RuntimeNeverStarted(pod)
 	g.NeverStarted = never && !reported
 	g.Forced = ForcedBefore(sightings, pod.UID, deletionRV)
+	g.DeadlinePassed = DeadlinePassedBefore(sightings, pod.UID, deletionRV, at)
 
 	detail := []string{"phase " + string(pod.Status.Phase), runtimeState(pod)}
 	switch {
@@ -292,10 +312,10 @@ func Judge(pod *corev1.Pod, deletionRV uint64, sightings []Sighting) Grounds {
 
 // DeletionViolation returns the violation d is, or "" when a rule allows it.
 func DeletionViolation(d Deletion) string {
-	if d.Exempt != "" || d.Drained || d.Failed || d.NeverStarted || d.Forced {
+	if d.Exempt != "" || d.Drained || d.Failed || d.NeverStarted || d.Forced || d.DeadlinePassed {
 		return ""
 	}
-	return fmt.Sprintf("pod %s/%s (%s) was deleted at %s without a matching Drained report, not failed, started, not forced (%s)",
+	return fmt.Sprintf("pod %s/%s (%s) was deleted at %s without a matching Drained report, not failed, started, not forced, before any deadline (%s)",
 		d.Namespace, d.Pod, d.PodUID, d.At.Format(time.RFC3339Nano), d.Detail)
 }
 
@@ -311,7 +331,7 @@ type TurnVerdict struct {
 // a turn ended before its pod's deletion completed; a turn still open on a
 // pod that was not deleted is in flight; one open when its pod was deleted
 // is interrupted, a violation unless the pod had failed, or its deletion was
-// forced or exempt. A turn begun after its deleted pod reported Drained is a
+// forced, past its drain deadline or exempt. A turn begun after its deleted pod reported Drained is a
 // violation too: Drained seals the runtime.
 func JudgeTurns(turns []journal.Turn, deleted map[types.UID]Deletion) TurnVerdict {
 	var v TurnVerdict
@@ -328,7 +348,7 @@ func JudgeTurns(turns []journal.Turn, deleted map[types.UID]Deletion) TurnVerdic
 			v.InFlight++
 		default:
 			v.Interrupted = append(v.Interrupted, t)
-			if !d.Failed && !d.Forced && d.Exempt == "" {
+			if !d.Failed && !d.Forced && !d.DeadlinePassed && d.Exempt == "" {
 				v.Violations = append(v.Violations, fmt.Sprintf("turn %d of session %s/%s on pod %s began %s and was open when the pod was deleted at %s",
 					t.Turn, t.Namespace, t.Session, t.PodUID, t.Began.Format(time.RFC3339Nano), d.At.Format(time.RFC3339Nano)))
 			}

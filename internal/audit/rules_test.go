@@ -89,6 +89,12 @@ func TestJudge(t *testing.T) {
 		return Sighting{RV: rv, At: t0.Add(time.Duration(rv) * time.Second), Drain: d, Runtime: r}
 	}
 	forced := func(s Sighting, v string) Sighting { s.Force = v; return s }
+	delAt := t0.Add(del * time.Second) // when the auditor saw the deletion
+	deadlined := func(d *lullv1.DrainRequest, at time.Time) *lullv1.DrainRequest {
+		d = d.DeepCopy()
+		d.Deadline = &metav1.Time{Time: at}
+		return d
+	}
 	tests := []struct {
 		name      string
 		pod       *corev1.Pod
@@ -145,15 +151,25 @@ func TestJudge(t *testing.T) {
 		{name: "force naming an old request forces nothing", pod: runningPod("p"), sightings: []Sighting{forced(sg(10, reqB, nil), "update-a")}},
 		{name: "force set after the deletion", pod: runningPod("p"), sightings: []Sighting{sg(10, reqA, nil), forced(sg(110, reqA, nil), "true")}},
 		{name: "force removed before the deletion", pod: runningPod("p"), sightings: []Sighting{forced(sg(10, reqA, nil), "true"), sg(20, reqA, nil)}},
+
+		{name: "deleted after the request's deadline", pod: runningPod("p"),
+			sightings: []Sighting{sg(10, deadlined(reqA, delAt.Add(-time.Second)), report("p", "update-a", lullv1.RuntimeDraining, 2))}, want: "deadline passed"},
+		{name: "deleted at the deadline", pod: runningPod("p"), sightings: []Sighting{sg(10, deadlined(reqA, delAt), nil)}, want: "deadline passed"},
+		{name: "deleted before the request's deadline", pod: runningPod("p"),
+			sightings: []Sighting{sg(10, deadlined(reqA, delAt.Add(time.Second)), report("p", "update-a", lullv1.RuntimeDraining, 2))}},
+		{name: "a deadline of a request since withdrawn", pod: runningPod("p"),
+			sightings: []Sighting{sg(10, deadlined(reqA, delAt.Add(-time.Minute)), nil), sg(20, nil, nil)}},
+		{name: "a deadline for another pod", pod: runningPod("p"),
+			sightings: []Sighting{sg(10, deadlined(request("other", "update-a", 1), delAt.Add(-time.Minute)), nil)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g := Judge(tt.pod, del, tt.sightings)
+			g := Judge(tt.pod, del, delAt, tt.sightings)
 			var grounds []string
 			for _, b := range []struct {
 				ok   bool
 				name string
-			}{{g.Drained, "drained"}, {g.Failed, "failed"}, {g.NeverStarted, "never started"}, {g.Forced, "forced"}} {
+			}{{g.Drained, "drained"}, {g.Failed, "failed"}, {g.NeverStarted, "never started"}, {g.Forced, "forced"}, {g.DeadlinePassed, "deadline passed"}} {
 				if b.ok {
 					grounds = append(grounds, b.name)
 				}
@@ -163,7 +179,7 @@ func TestJudge(t *testing.T) {
 				t.Fatalf("grounds = %q, want %q (detail: %s)", got, tt.want, g.Detail)
 			}
 			d := Deletion{Namespace: "ns", Pod: "s-0", PodUID: "p", At: t0}
-			d.Drained, d.Failed, d.NeverStarted, d.Forced, d.Detail = g.Drained, g.Failed, g.NeverStarted, g.Forced, g.Detail
+			d.Drained, d.Failed, d.NeverStarted, d.Forced, d.DeadlinePassed, d.Detail = g.Drained, g.Failed, g.NeverStarted, g.Forced, g.DeadlinePassed, g.Detail
 			v := DeletionViolation(d)
 			if (v == "") != (tt.want != "") {
 				t.Errorf("violation = %q with grounds %q", v, got)

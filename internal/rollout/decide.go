@@ -27,8 +27,9 @@ type Observed struct {
 	// Session is the session being reconciled, its annotations and status
 	// (drain request, runtime report, replacement backoff) included.
 	Session *lullv1.Session
-	// Strategy is the template's update strategy; empty means Drain.
-	Strategy lullv1.UpdateStrategy
+	// Policy is the template's update policy; an empty strategy means
+	// Drain.
+	Policy lullv1.UpdatePolicy
 	// StatefulSet is the session's StatefulSet.
 	StatefulSet *appsv1.StatefulSet
 	// Pod is the StatefulSet's only pod, ordinal 0.
@@ -77,9 +78,20 @@ const (
 	ReasonNeverStarted        = "NeverStarted"
 	ReasonReplacementBackoff  = "ReplacementBackoff"
 	ReasonForced              = "Forced"
-	ReasonDrainRequested      = "DrainRequested"
-	ReasonDraining            = "Draining"
-	ReasonDrained             = "Drained"
+	// ReasonUpdatePending: under the Passive strategy, the pod runs a
+	// stale revision and waits to be replaced for another reason.
+	ReasonUpdatePending = "UpdatePending"
+	// ReasonReplaced: the Replace strategy replaced a stale pod without a
+	// drain.
+	ReasonReplaced = "Replaced"
+	// ReasonDrainDeadlineExceeded: the drain request's deadline passed and
+	// onDrainTimeout is Replace; the pod is replaced.
+	ReasonDrainDeadlineExceeded = "DrainDeadlineExceeded"
+	// ReasonDrainOverdue: the deadline passed and onDrainTimeout is Wait.
+	ReasonDrainOverdue   = "DrainOverdue"
+	ReasonDrainRequested = "DrainRequested"
+	ReasonDraining       = "Draining"
+	ReasonDrained        = "Drained"
 
 	// Reasons of a session lull cannot move on its own (see Blocked).
 	ReasonTemplateNotFound = "TemplateNotFound"
@@ -144,9 +156,16 @@ type Action struct {
 //     committed first (counting it), then the pod deleted.
 //  6. lull.dev/force-update ("true", or the exact request ID) replaces a
 //     stale pod without a drain.
-//  7. Drain: request a drain of the pod with an ID never used before; once
-//     its runtime reports Drained for that request ID from that pod UID,
-//     commit the replacement and delete the pod.
+//  7. The template's update strategy: Passive leaves a healthy stale pod
+//     alone (and withdraws an Update request it finds, unless committed);
+//     Replace requests a drain whose deadline is now, then deletes the pod;
+//     Drain goes on below.
+//  8. Drain: request a drain of the pod with an ID never used before, with
+//     the deadline of the template's drainTimeout if it has one; once its
+//     runtime reports Drained for that request ID from that pod UID, commit
+//     the replacement and delete the pod. Once the request's deadline has
+//     passed, onDrainTimeout Replace deletes the pod; Wait keeps waiting,
+//     saying the drain is overdue.
 func Decide(o Observed) Action {
 	s, pod := o.Session, o.Pod
 	current := s.Status.Drain
@@ -179,21 +198,66 @@ func Decide(o Observed) Action {
 		return a
 	}
 
-	want := updateRequest(s.Status, pod.UID, update, o.Now)
+	want := updateRequest(s.Status, pod.UID, update, o.Now, o.Policy)
 	if force := s.Annotations[lullv1.AnnotationForceUpdate]; force == "true" || (force != "" && force == want.RequestID) {
 		return Action{Kind: DeletePod, Reason: ReasonForced, PodUID: pod.UID, Drain: want,
 			Message: fmt.Sprintf("%s=%s: replacing stale pod %s without waiting for a drain", lullv1.AnnotationForceUpdate, force, pod.Name)}
 	}
+	if o.Policy.Strategy == lullv1.UpdateStrategyPassive && (current == nil || current.Reason == lullv1.DrainReasonUpdate) {
+		// An Update request left from another strategy is withdrawn: the
+		// runtime reopens. Its Drained report, if any, answers nothing.
+		return Action{Kind: Wait, Reason: ReasonUpdatePending,
+			Message: fmt.Sprintf("pod %s runs revision %s; the update to revision %s waits until the pod is replaced for another reason (strategy Passive)", pod.Name, PodRevision(pod), update)}
+	}
 
 	switch {
 	case current == nil || current.RequestID != want.RequestID:
-		return Action{Kind: RequestDrain, Reason: ReasonDrainRequested, Drain: want,
-			Message: fmt.Sprintf("pod %s runs revision %s; asked its runtime to drain for revision %s (request %s)", pod.Name, PodRevision(pod), update, want.RequestID)}
+		msg := fmt.Sprintf("pod %s runs revision %s; asked its runtime to drain for revision %s (request %s)", pod.Name, PodRevision(pod), update, want.RequestID)
+		if want.Deadline != nil {
+			msg += fmt.Sprintf(", deadline %s", want.Deadline.UTC().Format(time.RFC3339))
+		}
+		a := Action{Kind: RequestDrain, Reason: ReasonDrainRequested, Drain: want, Message: msg}
+		if want.Deadline != nil {
+			a.RequeueAfter = max(want.Deadline.Sub(o.Now), 0) + time.Second/10
+		}
+		return a
 	case drain.Answers(current, s.Status.Runtime, pod.UID):
 		return commitDrained(o, fmt.Sprintf("runtime of pod %s reported Drained for request %s; replacing the pod", pod.Name, current.RequestID))
+	case current.Deadline != nil && !o.Now.Before(current.Deadline.Time):
+		return deadlinePassed(o)
 	default:
-		return Action{Kind: Wait, Reason: ReasonDraining, Drain: current,
+		a := Action{Kind: Wait, Reason: ReasonDraining, Drain: current,
 			Message: fmt.Sprintf("waiting for the runtime of pod %s to drain (request %s)", pod.Name, current.RequestID)}
+		if current.Deadline != nil {
+			a.Message += fmt.Sprintf("; deadline %s", current.Deadline.UTC().Format(time.RFC3339))
+			a.RequeueAfter = current.Deadline.Sub(o.Now) + time.Second/10
+		}
+		return a
+	}
+}
+
+// deadlinePassed is the step for a drain whose request's deadline has
+// passed unanswered: under the Replace strategy or onDrainTimeout Replace,
+// delete the pod (its runtime was told when); otherwise wait, saying the
+// drain is overdue.
+func deadlinePassed(o Observed) Action {
+	s, pod, current := o.Session, o.Pod, o.Session.Status.Drain
+	turns := "its runtime's turns"
+	if r := s.Status.Runtime; r != nil && r.PodUID == pod.UID {
+		turns = fmt.Sprintf("%d active turn(s)", r.ActiveTurns)
+	}
+	switch {
+	case o.Policy.Strategy == lullv1.UpdateStrategyReplace:
+		return Action{Kind: DeletePod, Reason: ReasonReplaced, PodUID: pod.UID, Drain: current,
+			Message: fmt.Sprintf("strategy Replace: replacing stale pod %s without a drain (request %s), with %s", pod.Name, current.RequestID, turns)}
+	case o.Policy.OnDrainTimeout == lullv1.DrainTimeoutReplace:
+		return Action{Kind: DeletePod, Reason: ReasonDrainDeadlineExceeded, PodUID: pod.UID, Drain: current,
+			Message: fmt.Sprintf("drain request %s passed its deadline %s undrained; replacing pod %s with %s (onDrainTimeout Replace)",
+				current.RequestID, current.Deadline.UTC().Format(time.RFC3339), pod.Name, turns)}
+	default:
+		return Action{Kind: Wait, Reason: ReasonDrainOverdue, Drain: current,
+			Message: fmt.Sprintf("drain request %s passed its deadline %s; still waiting for the runtime of pod %s (%s; onDrainTimeout Wait)",
+				current.RequestID, current.Deadline.UTC().Format(time.RFC3339), pod.Name, turns)}
 	}
 }
 
@@ -277,14 +341,23 @@ func terminating(o Observed, prefix string) Action {
 }
 
 // updateRequest returns the Update drain request for a pod and target
-// revision: the outstanding one if it already asks exactly that, or a new
-// one with the next drain sequence number, so its ID was never used before.
-func updateRequest(st lullv1.SessionStatus, pod types.UID, revision string, now time.Time) *lullv1.DrainRequest {
+// revision: the outstanding one if it already asks exactly that (its
+// deadline kept: the runtime has told its user), or a new one with the next
+// drain sequence number, so its ID was never used before, and the deadline
+// of the policy: now under Replace, now + drainTimeout if set.
+func updateRequest(st lullv1.SessionStatus, pod types.UID, revision string, now time.Time, p lullv1.UpdatePolicy) *lullv1.DrainRequest {
 	if c := st.Drain; c != nil && c.PodUID == pod && c.Reason == lullv1.DrainReasonUpdate && c.Revision == revision {
 		return c.DeepCopy()
 	}
 	r := newRequest(st, pod, lullv1.DrainReasonUpdate, now)
 	r.Revision = revision
+	switch {
+	case p.Strategy == lullv1.UpdateStrategyReplace:
+		r.Deadline = r.RequestedAt.DeepCopy()
+	case p.DrainTimeout != nil:
+		d := metav1.NewTime(r.RequestedAt.Add(p.DrainTimeout.Duration))
+		r.Deadline = &d
+	}
 	return r
 }
 

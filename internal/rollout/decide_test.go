@@ -28,7 +28,7 @@ type fixture struct{ o Observed }
 func newFixture() *fixture {
 	return &fixture{o: Observed{
 		Now:      now,
-		Strategy: lullv1.UpdateStrategyDrain,
+		Policy:   lullv1.UpdatePolicy{Strategy: lullv1.UpdateStrategyDrain},
 		Session: &lullv1.Session{
 			ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "ns", Generation: 1},
 			Spec:       lullv1.SessionSpec{TemplateRef: lullv1.TemplateReference{Name: "t"}},
@@ -49,6 +49,13 @@ func newFixture() *fixture {
 func requested(uid types.UID, rev string, seq int64, at time.Time) *lullv1.DrainRequest {
 	return &lullv1.DrainRequest{RequestID: drain.RequestID(uid, lullv1.DrainReasonUpdate, seq), PodUID: uid, Reason: lullv1.DrainReasonUpdate,
 		Revision: rev, Sequence: seq, RequestedAt: metav1.NewTime(at)}
+}
+
+// withDeadline returns d with the given deadline.
+func withDeadline(d *lullv1.DrainRequest, at time.Time) *lullv1.DrainRequest {
+	t := metav1.NewTime(at)
+	d.Deadline = &t
+	return d
 }
 
 // manual is the Manual request of a suspension issued with sequence seq.
@@ -349,6 +356,88 @@ func TestDecide(t *testing.T) {
 				outstanding(o, requested(podUID, newRev, 1, earlier))
 				o.Session.Status.Runtime = report(podUID, requested(podUID, newRev, 1, earlier).RequestID, lullv1.RuntimeDrained, 1)
 			}, kind: Wait, why: ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
+
+		// Update policies.
+		{name: "Passive leaves a busy stale pod alone",
+			edit: func(o *Observed) {
+				o.Policy.Strategy = lullv1.UpdateStrategyPassive
+				o.Session.Status.Runtime = report(podUID, "", lullv1.RuntimeServing, 2)
+			}, kind: Wait, why: ReasonUpdatePending},
+		{name: "Passive withdraws an Update request left by another strategy",
+			edit: func(o *Observed) {
+				o.Policy.Strategy = lullv1.UpdateStrategyPassive
+				outstanding(o, requested(podUID, newRev, 1, earlier))
+			}, kind: Wait, why: ReasonUpdatePending},
+		{name: "Passive still finishes a committed replacement",
+			edit: func(o *Observed) {
+				o.Policy.Strategy = lullv1.UpdateStrategyPassive
+				d := requested(podUID, newRev, 1, earlier)
+				outstanding(o, d)
+				o.Session.Status.Replacement = committed(podUID, lullv1.ReplacementDrained, d.RequestID)
+			}, kind: DeletePod, why: string(lullv1.ReplacementDrained),
+			drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }, commit: committed(podUID, lullv1.ReplacementDrained, requested(podUID, newRev, 1, earlier).RequestID)},
+		{name: "Passive still replaces a failed stale pod",
+			edit: func(o *Observed) {
+				o.Policy.Strategy = lullv1.UpdateStrategyPassive
+				o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("CrashLoopBackOff")}
+			}, kind: Commit, why: string(lullv1.ReplacementPodFailed),
+			commit: &lullv1.Replacement{PodUID: podUID, Reason: lullv1.ReplacementPodFailed, CommittedAt: metav1.NewTime(now)}},
+		{name: "Replace requests a drain whose deadline is now",
+			edit: func(o *Observed) { o.Policy.Strategy = lullv1.UpdateStrategyReplace },
+			kind: RequestDrain, why: ReasonDrainRequested, after: time.Second / 10,
+			drain: func() *lullv1.DrainRequest { return withDeadline(requested(podUID, newRev, 1, now), now) }},
+		{name: "Replace then deletes the pod, turns or not",
+			edit: func(o *Observed) {
+				o.Policy.Strategy = lullv1.UpdateStrategyReplace
+				outstanding(o, withDeadline(requested(podUID, newRev, 1, now), now))
+				o.Session.Status.Runtime = report(podUID, requested(podUID, newRev, 1, now).RequestID, lullv1.RuntimeDraining, 3)
+			}, kind: DeletePod, why: ReasonReplaced,
+			drain: func() *lullv1.DrainRequest { return withDeadline(requested(podUID, newRev, 1, now), now) }},
+		{name: "Replace takes a Drained answer as drained",
+			edit: func(o *Observed) {
+				o.Policy.Strategy = lullv1.UpdateStrategyReplace
+				d := withDeadline(requested(podUID, newRev, 1, now), now)
+				outstanding(o, d)
+				o.Session.Status.Runtime = report(podUID, d.RequestID, lullv1.RuntimeDrained, 0)
+			}, kind: Commit, why: ReasonDrained,
+			drain:  func() *lullv1.DrainRequest { return withDeadline(requested(podUID, newRev, 1, now), now) },
+			commit: committed(podUID, lullv1.ReplacementDrained, requested(podUID, newRev, 1, now).RequestID)},
+		{name: "drainTimeout puts the deadline in the request",
+			edit: func(o *Observed) { o.Policy.DrainTimeout = &metav1.Duration{Duration: 5 * time.Minute} },
+			kind: RequestDrain, why: ReasonDrainRequested, after: 5*time.Minute + time.Second/10,
+			drain: func() *lullv1.DrainRequest { return withDeadline(requested(podUID, newRev, 1, now), now.Add(5*time.Minute)) }},
+		{name: "before the deadline the drain is waited for, and looked at again at the deadline",
+			edit: func(o *Observed) {
+				o.Policy = lullv1.UpdatePolicy{DrainTimeout: &metav1.Duration{Duration: 5 * time.Minute}, OnDrainTimeout: lullv1.DrainTimeoutReplace}
+				outstanding(o, withDeadline(requested(podUID, newRev, 1, earlier), earlier.Add(5*time.Minute)))
+			}, kind: Wait, why: ReasonDraining, after: 4*time.Minute + time.Second/10,
+			drain: func() *lullv1.DrainRequest {
+				return withDeadline(requested(podUID, newRev, 1, earlier), earlier.Add(5*time.Minute))
+			}},
+		{name: "deadline passed with onDrainTimeout Replace deletes the pod",
+			edit: func(o *Observed) {
+				o.Policy = lullv1.UpdatePolicy{DrainTimeout: &metav1.Duration{Duration: 30 * time.Second}, OnDrainTimeout: lullv1.DrainTimeoutReplace}
+				outstanding(o, withDeadline(requested(podUID, newRev, 1, earlier), earlier.Add(30*time.Second)))
+			}, kind: DeletePod, why: ReasonDrainDeadlineExceeded,
+			drain: func() *lullv1.DrainRequest {
+				return withDeadline(requested(podUID, newRev, 1, earlier), earlier.Add(30*time.Second))
+			}},
+		{name: "deadline passed with onDrainTimeout Wait waits, overdue",
+			edit: func(o *Observed) {
+				o.Policy = lullv1.UpdatePolicy{DrainTimeout: &metav1.Duration{Duration: 30 * time.Second}, OnDrainTimeout: lullv1.DrainTimeoutWait}
+				outstanding(o, withDeadline(requested(podUID, newRev, 1, earlier), earlier.Add(30*time.Second)))
+			}, kind: Wait, why: ReasonDrainOverdue,
+			drain: func() *lullv1.DrainRequest {
+				return withDeadline(requested(podUID, newRev, 1, earlier), earlier.Add(30*time.Second))
+			}},
+		{name: "a request's deadline outlives a policy change",
+			edit: func(o *Observed) {
+				o.Policy = lullv1.UpdatePolicy{OnDrainTimeout: lullv1.DrainTimeoutReplace}
+				outstanding(o, withDeadline(requested(podUID, newRev, 1, earlier), earlier.Add(30*time.Second)))
+			}, kind: DeletePod, why: ReasonDrainDeadlineExceeded,
+			drain: func() *lullv1.DrainRequest {
+				return withDeadline(requested(podUID, newRev, 1, earlier), earlier.Add(30*time.Second))
+			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -367,7 +456,7 @@ func TestDecide(t *testing.T) {
 			switch {
 			case want == nil && a.Drain != nil:
 				t.Errorf("Drain = %+v, want none", a.Drain)
-			case want != nil && (a.Drain == nil || *a.Drain != *want):
+			case want != nil && !equality.Semantic.DeepEqual(a.Drain, want):
 				t.Errorf("Drain = %+v, want %+v", a.Drain, want)
 			}
 			if !equality.Semantic.DeepEqual(a.Replacement, tt.commit) {

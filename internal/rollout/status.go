@@ -3,6 +3,7 @@ package rollout
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -117,9 +118,12 @@ func setUpToDate(o Observed, a Action, set func(typ string, status metav1.Condit
 	case ReasonDrainRequested, ReasonDraining:
 		// One condition for the whole drain: the request and the wait for
 		// its answer read the same, so the wait costs no status write.
-		set(lullv1.ConditionUpToDate, metav1.ConditionFalse, ReasonDraining,
-			fmt.Sprintf("pod %s runs revision %s; waiting for its runtime to drain for revision %s (request %s)",
-				o.Pod.Name, PodRevision(o.Pod), a.Drain.Revision, a.Drain.RequestID))
+		msg := fmt.Sprintf("pod %s runs revision %s; waiting for its runtime to drain for revision %s (request %s)",
+			o.Pod.Name, PodRevision(o.Pod), a.Drain.Revision, a.Drain.RequestID)
+		if d := a.Drain.Deadline; d != nil {
+			msg += fmt.Sprintf("; deadline %s", d.UTC().Format(time.RFC3339))
+		}
+		set(lullv1.ConditionUpToDate, metav1.ConditionFalse, ReasonDraining, msg)
 	case ReasonRevisionUnknown, ReasonStatefulSetPending, ReasonPodPending, ReasonPodTerminating, ReasonSuspended:
 		set(lullv1.ConditionUpToDate, metav1.ConditionUnknown, a.Reason, a.Message)
 	default:

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -162,6 +163,21 @@ func TestCRDValidation(t *testing.T) {
 			field: []string{"spec.updatePolicy.strategy", `"Sometimes"`},
 		},
 		{
+			name:  "template with a negative drainTimeout",
+			write: createRaw(ns, "negative-timeout", `{"drainTimeout":"-5m"}`),
+			field: []string{"spec.updatePolicy.drainTimeout", "at least 1s"},
+		},
+		{
+			name:  "template with a malformed drainTimeout",
+			write: createRaw(ns, "malformed-timeout", `{"drainTimeout":"soon"}`),
+			field: []string{"spec.updatePolicy.drainTimeout"},
+		},
+		{
+			name:  "template with an unknown onDrainTimeout",
+			write: createRaw(ns, "bad-on-timeout", `{"drainTimeout":"5m","onDrainTimeout":"Later"}`),
+			field: []string{"spec.updatePolicy.onDrainTimeout", `"Later"`},
+		},
+		{
 			name: "session without templateRef",
 			write: func(ctx context.Context) error {
 				u := &unstructured.Unstructured{Object: map[string]any{
@@ -320,6 +336,20 @@ func TestCRDValidation(t *testing.T) {
 			t.Errorf("suspend: %v", err)
 		}
 	})
+}
+
+// createRaw returns a write that creates a template with the given
+// updatePolicy, as JSON: durations a typed client could not send.
+func createRaw(ns, name, updatePolicy string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		u := &unstructured.Unstructured{}
+		err := json.Unmarshal([]byte(`{"apiVersion":"lull.dev/v1alpha1","kind":"SessionTemplate","metadata":{"name":"`+name+`","namespace":"`+ns+`"},
+			"spec":{"template":{"spec":{"containers":[{"name":"runtime","image":"example.com/rt:v1"}]}},"updatePolicy":`+updatePolicy+`}}`), &u.Object)
+		if err != nil {
+			return err
+		}
+		return admin.Create(ctx, u)
+	}
 }
 
 // create returns a write that creates o.

@@ -86,7 +86,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	o := rollout.Observed{Now: r.now(), Session: s, Strategy: t.Spec.UpdatePolicy.Strategy, Pod: pod}
+	o := rollout.Observed{Now: r.now(), Session: s, Policy: t.Spec.UpdatePolicy, Pod: pod}
 	if o.PendingClaims, err = pendingClaims(ctx, r.reader(), s, t, pod); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -118,7 +118,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// Judged before the write: the patch refreshes s from the response.
 	updated := meta.IsStatusConditionTrue(next.Conditions, lullv1.ConditionUpToDate) &&
 		!meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionUpToDate) && s.Status.UpdateRevision != ""
-	stuck := a.Reason == rollout.ReasonPodStuckTerminating && !hasConditionReason(s, lullv1.ConditionUpToDate, a.Reason)
+	stuck := (a.Reason == rollout.ReasonPodStuckTerminating || a.Reason == rollout.ReasonDrainOverdue) && !hasConditionReason(s, lullv1.ConditionUpToDate, a.Reason)
 	if err := r.writeStatus(ctx, s, next, a.Reason); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -273,8 +273,12 @@ func (r *Reconciler) deletePod(ctx context.Context, o rollout.Observed, a rollou
 	r.deleted.add(string(a.PodUID), r.now())
 	log.FromContext(ctx).Info("deleted pod", "pod", o.Pod.Name, "uid", a.PodUID, "reason", a.Reason)
 	eventType, note := corev1.EventTypeNormal, a.Message
-	if a.Reason == rollout.ReasonForced {
+	switch a.Reason {
+	case rollout.ReasonForced:
 		eventType, note = corev1.EventTypeWarning, a.Message+forcedBy(s)
+	case rollout.ReasonReplaced, rollout.ReasonDrainDeadlineExceeded:
+		// Turns may have been cut short: say so where operators look.
+		eventType = corev1.EventTypeWarning
 	}
 	r.Recorder.Eventf(s, related(o.Pod), eventType, a.Reason, "DeletePod", note)
 	return a, nil
