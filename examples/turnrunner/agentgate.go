@@ -88,6 +88,28 @@ func (g *agentGate) waitAccepting(ctx context.Context) bool {
 	}
 }
 
+// notices polls the agent's drain state (GET /v1/drain) every half second;
+// a runtime that wants changes at once reads GET /v1/drain/stream.
+func (g *agentGate) notices(ctx context.Context) <-chan notice {
+	return dedupNotices(ctx, func(ctx context.Context) (notice, bool) {
+		for {
+			select {
+			case <-ctx.Done():
+				return notice{}, false
+			case <-time.After(500 * time.Millisecond):
+			}
+			b, err := g.do(ctx, http.MethodGet, "/v1/drain", nil)
+			var st struct {
+				Deadline      time.Time `json:"deadline"`
+				UpdatePending bool      `json:"updatePending"`
+			}
+			if err == nil && json.Unmarshal(b, &st) == nil {
+				return notice{deadline: st.Deadline, updatePending: st.UpdatePending}, true
+			}
+		}
+	})
+}
+
 // errStatus is an answer other than 2xx.
 type errStatus struct {
 	code int

@@ -59,6 +59,15 @@ type gate interface {
 	// waitAccepting blocks until turns are accepted again; false once ctx
 	// is done.
 	waitAccepting(ctx context.Context) bool
+	// notices sends what the runtime is told without being asked (a drain
+	// deadline, a pending update) each time it changes, until ctx is done.
+	notices(ctx context.Context) <-chan notice
+}
+
+// notice is what a runtime shows its user about an update.
+type notice struct {
+	deadline      time.Time
+	updatePending bool
 }
 
 // Run takes turns until ctx is done: through the agent sidecar's socket
@@ -107,6 +116,24 @@ func Run(ctx context.Context, cfg runtime.Config, agentSocket string, opts Optio
 	go func() {
 		runErr <- g.run(ctx)
 		stopTurns()
+	}()
+
+	go func() {
+		// A real runtime would show these to its user ("your session
+		// restarts for an update in 4m30s"); this one journals them.
+		for n := range g.notices(ctx) {
+			e := journal.Entry{Time: time.Now(), Namespace: cfg.SessionNamespace, Session: cfg.SessionName, PodUID: cfg.PodUID,
+				Event: journal.Notice, UpdatePending: n.updatePending}
+			if !n.deadline.IsZero() {
+				e.Deadline = &n.deadline
+				opts.Log.Info("session restarts for an update", "deadline", n.deadline, "in", time.Until(n.deadline).Round(time.Second))
+			}
+			if j != nil {
+				if err := j.Write(e); err != nil {
+					opts.Log.Error("journal", "err", err)
+				}
+			}
+		}
 	}()
 
 	for turn := 1; ; turn++ {
@@ -192,6 +219,45 @@ func (g *sdkGate) begin(context.Context) (func() error, error) {
 		return nil, err
 	}
 	return func() error { t.End(); return nil }, nil
+}
+
+func (g *sdkGate) notices(ctx context.Context) <-chan notice {
+	snaps, cancel := g.rt.Subscribe()
+	return dedupNotices(ctx, func(ctx context.Context) (notice, bool) {
+		select {
+		case <-ctx.Done():
+			cancel()
+			return notice{}, false
+		case s := <-snaps:
+			return notice{deadline: s.Deadline, updatePending: s.UpdatePending}, true
+		}
+	})
+}
+
+// dedupNotices sends each notice next returns that differs from the last
+// one sent, until next returns false.
+func dedupNotices(ctx context.Context, next func(context.Context) (notice, bool)) <-chan notice {
+	out := make(chan notice)
+	go func() {
+		defer close(out)
+		var last notice
+		for {
+			n, ok := next(ctx)
+			if !ok {
+				return
+			}
+			if n == last {
+				continue
+			}
+			last = n
+			select {
+			case out <- n:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
 }
 
 func (g *sdkGate) waitAccepting(ctx context.Context) bool {

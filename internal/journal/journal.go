@@ -30,6 +30,9 @@ const (
 	End Event = "end"
 	// Refused: the gate refused the turn because the session is draining.
 	Refused Event = "refused"
+	// Notice: what the runtime was told without being asked anything
+	// changed: a drain deadline, a pending update. Turn is 0.
+	Notice Event = "notice"
 )
 
 // Entry is one journal line.
@@ -45,6 +48,10 @@ type Entry struct {
 	// --workspace): a workspace that survived a replacement lists the pods
 	// before.
 	WorkspacePods []string `json:"workspacePods,omitempty"`
+	// Deadline and UpdatePending, on a notice: the drain request's deadline
+	// and whether the pod's revision is stale, as the runtime saw them.
+	Deadline      *time.Time `json:"deadline,omitempty"`
+	UpdatePending bool       `json:"updatePending,omitempty"`
 }
 
 // Writer appends entries to a journal file; safe for concurrent use.

@@ -1,0 +1,160 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/journal"
+	"lull.dev/lull/internal/scenario"
+)
+
+// notices returns the notices journaled by the runtime of pod.
+func notices(t *testing.T, pod types.UID) []journal.Entry {
+	t.Helper()
+	entries, err := journal.ReadDir(env.Runner.JournalDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []journal.Entry
+	for _, e := range entries {
+		if e.PodUID == pod && e.Event == journal.Notice {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func policy(p lullv1.UpdatePolicy) func(*lullv1.SessionTemplate) {
+	return func(t *lullv1.SessionTemplate) { t.Spec.UpdatePolicy = p }
+}
+
+// Passive: a busy stale session is never drained; its runtime is told an
+// update is pending; it converges once suspended and resumed, and a new
+// session starts on the new revision.
+func TestPassiveLeavesBusySessionsAlone(t *testing.T) {
+	ns, names, before := setupTemplate(t, 2, policy(lullv1.UpdatePolicy{Strategy: lullv1.UpdateStrategyPassive}),
+		"--turn-min=200ms", "--turn-max=1s", "--think-max=100ms")
+	rollout(t, ns, "example.com/lull/turnrunner:v2")
+	name := names[0]
+	old := types.UID(before.Pods[name].UID)
+	eventually(t, 20*time.Second, "UpToDate=False UpdatePending", func() error {
+		c := meta.FindStatusCondition(session(t, ns, name).Status.Conditions, lullv1.ConditionUpToDate)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != "UpdatePending" {
+			return fmt.Errorf("UpToDate = %+v", c)
+		}
+		return nil
+	})
+	eventually(t, 20*time.Second, "the runtime was told an update is pending", func() error {
+		for _, n := range notices(t, old) {
+			if n.UpdatePending {
+				return nil
+			}
+		}
+		return fmt.Errorf("no notice with updatePending on %s", old)
+	})
+	never(t, 5*time.Second, "a Passive session is never drained", func() error {
+		s := session(t, ns, name)
+		if s.Status.Drain != nil {
+			return fmt.Errorf("drain requested: %+v", s.Status.Drain)
+		}
+		if p := pod(t, ns, name); p == nil || p.UID != old {
+			return fmt.Errorf("pod replaced")
+		}
+		return nil
+	})
+
+	// A new session starts on the new revision.
+	if _, err := scenario.CreateSessions(context.Background(), c, ns, "rt", "new", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := scenario.WaitFor(context.Background(), c, ns, []string{"new-0"}, 200*time.Millisecond, time.Minute, nil, scenario.Converged); err != nil {
+		t.Fatalf("new session: %v", err)
+	}
+	oldRev := pod(t, ns, name).Labels[lullv1.LabelTemplateRevision] // the stale session's pod
+	if got := pod(t, ns, "new-0").Labels[lullv1.LabelTemplateRevision]; got == "" || got == oldRev {
+		t.Fatalf("new session's pod runs template revision %q, want the new one (the old is %q)", got, oldRev)
+	}
+
+	// Suspended and resumed: on the new revision.
+	setSuspend(t, ns, name, true)
+	eventually(t, time.Minute, name+" suspended", func() error {
+		if p := pod(t, ns, name); p != nil {
+			return fmt.Errorf("pod %s still there", p.UID)
+		}
+		return nil
+	})
+	setSuspend(t, ns, name, false)
+	if _, err := scenario.WaitFor(context.Background(), c, ns, []string{name}, 200*time.Millisecond, time.Minute, nil, scenario.Converged); err != nil {
+		t.Fatalf("resumed session did not converge: %v", err)
+	}
+	if p := pod(t, ns, name); p == nil || p.UID == old {
+		t.Fatal("resumed session kept its old pod")
+	}
+	// The other session is still untouched.
+	if p := pod(t, ns, names[1]); p == nil || string(p.UID) != before.Pods[names[1]].UID {
+		t.Error("the other Passive session was replaced")
+	}
+}
+
+// Replace: a stale pod is replaced at once, busy or not, with a Warning
+// Event; the runtime was told its deadline (now); the auditor allows the
+// interrupted turn because the deadline had passed.
+func TestReplaceStrategyReplacesAtOnce(t *testing.T) {
+	ns, names, before := setupTemplate(t, 1, policy(lullv1.UpdatePolicy{Strategy: lullv1.UpdateStrategyReplace}),
+		"--turn-min=1h", "--turn-max=1h", "--think-max=0s")
+	name := names[0]
+	old := types.UID(before.Pods[name].UID)
+	eventually(t, 10*time.Second, "turn begins", func() error { return openTurn(t, old) })
+	rollout(t, ns, "example.com/lull/turnrunner:v2")
+	replacedAll(t, ns, names, before)
+	ev := wantEvent(t, ns, name, "Replaced")
+	if ev.Type != corev1.EventTypeWarning {
+		t.Errorf("Replaced event is %s, want Warning", ev.Type)
+	}
+}
+
+// drainTimeout with onDrainTimeout Replace: the deadline is in the request,
+// the runtime sees it, and once it passes the busy pod is replaced with a
+// Warning Event that says so.
+func TestDrainDeadline(t *testing.T) {
+	ns, names, before := setupTemplate(t, 1, policy(lullv1.UpdatePolicy{Strategy: lullv1.UpdateStrategyDrain,
+		DrainTimeout: &metav1.Duration{Duration: 4 * time.Second}, OnDrainTimeout: lullv1.DrainTimeoutReplace}),
+		"--turn-min=1h", "--turn-max=1h", "--think-max=0s")
+	name := names[0]
+	old := types.UID(before.Pods[name].UID)
+	eventually(t, 10*time.Second, "turn begins", func() error { return openTurn(t, old) })
+	rollout(t, ns, "example.com/lull/turnrunner:v2")
+	var deadline time.Time
+	eventually(t, 10*time.Second, "drain requested with a deadline", func() error {
+		d := session(t, ns, name).Status.Drain
+		if d == nil || d.Deadline == nil {
+			return fmt.Errorf("drain %+v", d)
+		}
+		deadline = d.Deadline.Time
+		return nil
+	})
+	eventually(t, 10*time.Second, "the runtime saw the deadline", func() error {
+		for _, n := range notices(t, old) {
+			if n.Deadline != nil && n.Deadline.Equal(deadline) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no notice of deadline %s on %s", deadline, old)
+	})
+	replacedAll(t, ns, names, before)
+	ev := wantEvent(t, ns, name, "DrainDeadlineExceeded")
+	if ev.Type != corev1.EventTypeWarning {
+		t.Errorf("DrainDeadlineExceeded event is %s, want Warning", ev.Type)
+	}
+	if ev.EventTime.Time.Before(deadline) && ev.CreationTimestamp.Time.Before(deadline) {
+		t.Errorf("pod replaced at %s, before the deadline %s", ev.CreationTimestamp, deadline)
+	}
+}
