@@ -4,6 +4,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // UpdateStrategy says how a session whose pod runs a stale revision is moved
@@ -48,6 +49,8 @@ const (
 )
 
 // UpdatePolicy says how sessions move to a new revision of their template.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.maxUnavailable) || self.strategy == 'Passive' || (type(self.maxUnavailable) == int ? self.maxUnavailable > 0 : self.maxUnavailable != '0%')",message="spec.updatePolicy.maxUnavailable: 0 would let no session move; use at least 1 (or 1%)"
 type UpdatePolicy struct {
 	// Strategy is how a running stale session is updated. Drain (the
 	// default) replaces each pod only after its runtime has drained.
@@ -69,6 +72,19 @@ type UpdatePolicy struct {
 	// +optional
 	// +kubebuilder:default=Wait
 	OnDrainTimeout DrainTimeoutAction `json:"onDrainTimeout,omitempty"`
+
+	// MaxUnavailable bounds how many sessions of the template are moved at
+	// once (a drain requested for the update, the pod replaced, the new
+	// pod not yet Ready): a count, or a percentage of the template's
+	// running sessions rounded down, at least 1, as the StatefulSet and
+	// Deployment fields of that name. Default 25%. Stale sessions go in a
+	// fixed order: idle ones first, then those Ready the longest, then by
+	// name. Replacements of failed pods and suspensions do not wait for it.
+	// +optional
+	// +kubebuilder:default="25%"
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="spec.updatePolicy.maxUnavailable: a count (0 or more) or a percentage from 0% to 100%"
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
 }
 
 // DefaultAgentImage is the image of the injected agent sidecar when
@@ -93,6 +109,18 @@ type AgentSpec struct {
 	// Resources of the sidecar container.
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// WaveEntry is a session admitted to the rollout's wave: it may issue the
+// drain request with drain sequence Sequence (see UpdatePolicy
+// maxUnavailable).
+type WaveEntry struct {
+	// Session is the session's name.
+	Session string `json:"session"`
+	// Sequence is the drain sequence number the admitted request takes.
+	Sequence int64 `json:"sequence"`
+	// AdmittedAt is when the session was admitted.
+	AdmittedAt metav1.Time `json:"admittedAt"`
 }
 
 // SessionTemplateSpec is the pod shared by the sessions that reference the
@@ -183,6 +211,17 @@ type SessionTemplateStatus struct {
 	// Suspended is the number of suspended sessions.
 	// +optional
 	Suspended int32 `json:"suspended"`
+
+	// Wave is the sessions admitted to move now (at most maxUnavailable),
+	// written by the controller with the template's resourceVersion as a
+	// precondition, so no two writers and no stale cache admit more. A
+	// session leaves it once its new pod is Ready, or its request is
+	// withdrawn.
+	// +optional
+	// +listType=map
+	// +listMapKey=session
+	// +kubebuilder:validation:MaxItems=10000
+	Wave []WaveEntry `json:"wave,omitempty"`
 
 	// OldestStaleSince is when the longest-waiting stale session was asked
 	// to move, or unset when none is stale.

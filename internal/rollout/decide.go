@@ -34,6 +34,10 @@ type Observed struct {
 	StatefulSet *appsv1.StatefulSet
 	// Pod is the StatefulSet's only pod, ordinal 0.
 	Pod *corev1.Pod
+	// Admitted: the template's wave holds a place for the session's next
+	// Update drain request (see Admitted). Without it, a stale session
+	// waits (WaitingForWave) instead of issuing one.
+	Admitted bool
 	// PendingClaims describes, one line each, the session's
 	// PersistentVolumeClaims that keep its pod from starting (not created
 	// yet, or Pending with the last warning about them); read only while
@@ -160,7 +164,8 @@ type Action struct {
 //     alone (and withdraws an Update request it finds, unless committed);
 //     Replace requests a drain whose deadline is now, then deletes the pod;
 //     Drain goes on below.
-//  8. Drain: request a drain of the pod with an ID never used before, with
+//  8. Drain: once the template's wave has a place for it (maxUnavailable;
+//     see PlanWave), request a drain of the pod with an ID never used before, with
 //     the deadline of the template's drainTimeout if it has one; once its
 //     runtime reports Drained for that request ID from that pod UID, commit
 //     the replacement and delete the pod. Once the request's deadline has
@@ -211,6 +216,8 @@ func Decide(o Observed) Action {
 	}
 
 	switch {
+	case (current == nil || current.RequestID != want.RequestID) && !o.Admitted:
+		return waitingForWave(o, current)
 	case current == nil || current.RequestID != want.RequestID:
 		msg := fmt.Sprintf("pod %s runs revision %s; asked its runtime to drain for revision %s (request %s)", pod.Name, PodRevision(pod), update, want.RequestID)
 		if want.Deadline != nil {

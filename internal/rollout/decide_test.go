@@ -29,6 +29,7 @@ func newFixture() *fixture {
 	return &fixture{o: Observed{
 		Now:      now,
 		Policy:   lullv1.UpdatePolicy{Strategy: lullv1.UpdateStrategyDrain},
+		Admitted: true,
 		Session: &lullv1.Session{
 			ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "ns", Generation: 1},
 			Spec:       lullv1.SessionSpec{TemplateRef: lullv1.TemplateReference{Name: "t"}},
@@ -357,6 +358,29 @@ func TestDecide(t *testing.T) {
 				o.Session.Status.Runtime = report(podUID, requested(podUID, newRev, 1, earlier).RequestID, lullv1.RuntimeDrained, 1)
 			}, kind: Wait, why: ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
 
+		// Waves.
+		{name: "a stale session without a place in the wave waits",
+			edit: func(o *Observed) { o.Admitted = false }, kind: Wait, why: ReasonWaitingForWave},
+		{name: "a session without a place keeps the request it drains under",
+			edit: func(o *Observed) {
+				o.Admitted = false
+				outstanding(o, requested(podUID, newRev, 1, earlier))
+			}, kind: Wait, why: ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
+		{name: "a session without a place still answers a Drained report",
+			edit: func(o *Observed) {
+				o.Admitted = false
+				d := requested(podUID, newRev, 1, earlier)
+				outstanding(o, d)
+				o.Session.Status.Runtime = report(podUID, d.RequestID, lullv1.RuntimeDrained, 0)
+			}, kind: Commit, why: ReasonDrained, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) },
+			commit: committed(podUID, lullv1.ReplacementDrained, requested(podUID, newRev, 1, earlier).RequestID)},
+		{name: "a failed stale pod is replaced without a place",
+			edit: func(o *Observed) {
+				o.Admitted = false
+				o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("CrashLoopBackOff")}
+			}, kind: Commit, why: string(lullv1.ReplacementPodFailed),
+			commit: &lullv1.Replacement{PodUID: podUID, Reason: lullv1.ReplacementPodFailed, CommittedAt: metav1.NewTime(now)}},
+
 		// Update policies.
 		{name: "Passive leaves a busy stale pod alone",
 			edit: func(o *Observed) {
@@ -405,7 +429,9 @@ func TestDecide(t *testing.T) {
 		{name: "drainTimeout puts the deadline in the request",
 			edit: func(o *Observed) { o.Policy.DrainTimeout = &metav1.Duration{Duration: 5 * time.Minute} },
 			kind: RequestDrain, why: ReasonDrainRequested, after: 5*time.Minute + time.Second/10,
-			drain: func() *lullv1.DrainRequest { return withDeadline(requested(podUID, newRev, 1, now), now.Add(5*time.Minute)) }},
+			drain: func() *lullv1.DrainRequest {
+				return withDeadline(requested(podUID, newRev, 1, now), now.Add(5*time.Minute))
+			}},
 		{name: "before the deadline the drain is waited for, and looked at again at the deadline",
 			edit: func(o *Observed) {
 				o.Policy = lullv1.UpdatePolicy{DrainTimeout: &metav1.Duration{Duration: 5 * time.Minute}, OnDrainTimeout: lullv1.DrainTimeoutReplace}

@@ -54,7 +54,10 @@ func newWorld(t *testing.T, funcs interceptor.Funcs, edit func(s *lullv1.Session
 	w := &world{t: t, events: events.NewFakeRecorder(100), clock: clocktesting.NewFakePassiveClock(t0),
 		key: types.NamespacedName{Namespace: "ns", Name: "alice"}, podUID: "pod-1", staleRev: "alice-old"}
 	tmpl := &lullv1.SessionTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "agent"},
-		Spec: lullv1.SessionTemplateSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: lullv1.RuntimeContainerName, Image: "example.com/agent:2"}}}}}}
+		Spec: lullv1.SessionTemplateSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: lullv1.RuntimeContainerName, Image: "example.com/agent:2"}}}}},
+		// The template controller has admitted alice's first drain request
+		// to the rollout's wave.
+		Status: lullv1.SessionTemplateStatus{Wave: []lullv1.WaveEntry{{Session: "alice", Sequence: 1}}}}
 	s := &lullv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice", UID: "session-uid"},
 		Spec: lullv1.SessionSpec{TemplateRef: lullv1.TemplateReference{Name: "agent"}}}
 	sts, err := StatefulSet(s, tmpl, 1)

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -58,8 +59,32 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		// a rollout. Creation and deletion pass the predicate.
 		Watches(&lullv1.SessionTemplate{}, handler.EnqueueRequestsFromMapFunc(r.templateToSessions),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// A status write that admits sessions to the rollout's wave
+		// enqueues those sessions only.
+		Watches(&lullv1.SessionTemplate{}, admittedSessions).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
 		Complete(r)
+}
+
+// admittedSessions enqueues the sessions a template's status write newly
+// admits to its wave (status.wave).
+var admittedSessions = handler.Funcs{
+	UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		old, okOld := e.ObjectOld.(*lullv1.SessionTemplate)
+		cur, okNew := e.ObjectNew.(*lullv1.SessionTemplate)
+		if !okOld || !okNew {
+			return
+		}
+		was := map[lullv1.WaveEntry]bool{}
+		for _, w := range old.Status.Wave {
+			was[w] = true
+		}
+		for _, w := range cur.Status.Wave {
+			if !was[w] {
+				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: cur.Namespace, Name: w.Session}})
+			}
+		}
+	},
 }
 
 func podToSession(_ context.Context, o client.Object) []reconcile.Request {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -55,20 +56,35 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	next := Summarize(t, list.Items)
+	running := int(next.Sessions - next.Suspended)
+	next.Wave = rollout.PlanWave(t.Status.Wave, list.Items, rollout.MaxUnavailable(t.Spec.UpdatePolicy, running), r.now())
 	if equality.Semantic.DeepEqual(t.Status, next) {
 		return ctrl.Result{}, nil
 	}
 	if wait := r.untilWriteAllowed(req.NamespacedName); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
-	body, err := statusPatch(next)
+	body, err := statusPatch(next, t.ResourceVersion)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.Client.Status().Patch(ctx, t, client.RawPatch(types.MergePatchType, body), client.FieldOwner(session.FieldManager)); err != nil {
+	err = r.Client.Status().Patch(ctx, t, client.RawPatch(types.MergePatchType, body), client.FieldOwner(session.FieldManager))
+	switch {
+	case apierrors.IsConflict(err):
+		// The template changed since the cache showed it (another writer,
+		// or the cache is behind): plan again from the newer version.
+		return ctrl.Result{RequeueAfter: MinWriteInterval}, nil
+	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("patch status of template %s: %w", t.Name, err)
 	}
 	return ctrl.Result{}, nil
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Clock == nil {
+		return time.Now()
+	}
+	return r.Clock.Now()
 }
 
 // untilWriteAllowed returns how long to wait before the next status write of
@@ -90,10 +106,13 @@ func (r *Reconciler) untilWriteAllowed(key types.NamespacedName) time.Duration {
 	return 0
 }
 
-// statusPatch is the JSON merge patch that sets a template's status to st;
-// a cleared oldestStaleSince is written as null, not left out (a merge
-// patch keeps what it does not mention).
-func statusPatch(st lullv1.SessionTemplateStatus) ([]byte, error) {
+// statusPatch is the JSON merge patch that sets a template's status to st,
+// on the template version resourceVersion only (the API server refuses it
+// with a Conflict otherwise): the wave it carries was planned from that
+// version, and must not overwrite a newer one. A cleared oldestStaleSince
+// or wave is written as null, not left out (a merge patch keeps what it
+// does not mention).
+func statusPatch(st lullv1.SessionTemplateStatus, resourceVersion string) ([]byte, error) {
 	b, err := json.Marshal(st)
 	if err != nil {
 		return nil, err
@@ -105,7 +124,10 @@ func statusPatch(st lullv1.SessionTemplateStatus) ([]byte, error) {
 	if st.OldestStaleSince == nil {
 		fields["oldestStaleSince"] = nil
 	}
-	return json.Marshal(map[string]any{"status": fields})
+	if len(st.Wave) == 0 {
+		fields["wave"] = nil
+	}
+	return json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": resourceVersion}, "status": fields})
 }
 
 // Summarize counts sessions by rollout state. A session is current when its

@@ -1,0 +1,159 @@
+package rollout
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+)
+
+// Waves bound how many sessions of a template move at once
+// (spec.updatePolicy.maxUnavailable). The bound is kept by a ledger in the
+// template's status, status.wave: a session may issue an Update drain
+// request only under an entry naming it and the drain sequence number the
+// request takes (Admitted). The template controller writes the ledger with
+// the template's resourceVersion as a precondition, so two controllers, or
+// one whose cache lags, cannot both admit into the same place; and a
+// session leaves the ledger only once the API server's copy of it, as seen
+// in the cache, shows the admitted request issued and the move finished,
+// so a lagging cache only keeps sessions in it longer. The wave counts what
+// lull starts; failed pods are replaced and suspended sessions drained
+// without a place.
+
+// DefaultMaxUnavailable is maxUnavailable when the policy does not say.
+var DefaultMaxUnavailable = intstr.FromString("25%")
+
+// UnusedAdmissionTTL is how long an admission that no drain request took
+// up is kept: the session may have moved on (its pod failed and was
+// replaced, its template changed back) and will never issue it.
+const UnusedAdmissionTTL = 2 * time.Minute
+
+// ReasonWaitingForWave: the session is stale and waits for a place in the
+// template's wave (UpToDate condition).
+const ReasonWaitingForWave = "WaitingForWave"
+
+// MaxUnavailable resolves the policy's maxUnavailable against the number
+// of running sessions: a count as given, a percentage rounded down; at
+// least 1.
+func MaxUnavailable(p lullv1.UpdatePolicy, running int) int {
+	v := DefaultMaxUnavailable
+	if p.MaxUnavailable != nil {
+		v = *p.MaxUnavailable
+	}
+	n, err := intstr.GetScaledValueFromIntOrPercent(&v, running, false)
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
+}
+
+// Admitted reports whether a session may issue an Update drain request now:
+// the wave holds an entry for it with the sequence number the request
+// takes, or it already drains under its place (an entry whose sequence it
+// has issued, with its request outstanding: a re-request for a newer
+// revision keeps the place).
+func Admitted(wave []lullv1.WaveEntry, s *lullv1.Session) bool {
+	for _, e := range wave {
+		if e.Session != s.Name {
+			continue
+		}
+		next := s.Status.DrainSequence + 1
+		return e.Sequence == next || (e.Sequence <= s.Status.DrainSequence && s.Status.Drain != nil && s.Status.Drain.Reason == lullv1.DrainReasonUpdate)
+	}
+	return false
+}
+
+// PlanWave returns the template's next wave: the entries still held, then
+// as many waiting sessions as there is room for under max, in order (idle
+// first, then Ready the longest, then by name). sessions are the
+// template's sessions as the cache holds them.
+//
+// An entry is released when its session is gone or suspended, when the
+// session has issued the admitted request (drain sequence at least the
+// entry's) and is settled again (no drain request, no commitment, Ready),
+// or when it was never taken up within UnusedAdmissionTTL.
+func PlanWave(wave []lullv1.WaveEntry, sessions []lullv1.Session, max int, now time.Time) []lullv1.WaveEntry {
+	byName := map[string]*lullv1.Session{}
+	for i := range sessions {
+		byName[sessions[i].Name] = &sessions[i]
+	}
+	var next []lullv1.WaveEntry
+	held := map[string]bool{}
+	for _, e := range wave {
+		s := byName[e.Session]
+		if s == nil || s.Spec.Suspend || s.DeletionTimestamp != nil {
+			continue
+		}
+		issued := s.Status.DrainSequence >= e.Sequence
+		if issued && settled(s) {
+			continue
+		}
+		if !issued && now.Sub(e.AdmittedAt.Time) > UnusedAdmissionTTL {
+			continue
+		}
+		next = append(next, e)
+		held[e.Session] = true
+	}
+	var waiting []*lullv1.Session
+	for i := range sessions {
+		s := &sessions[i]
+		if !held[s.Name] && !s.Spec.Suspend && s.DeletionTimestamp == nil && hasConditionReason(s, lullv1.ConditionUpToDate, ReasonWaitingForWave) {
+			waiting = append(waiting, s)
+		}
+	}
+	sort.Slice(waiting, func(i, j int) bool { return before(waiting[i], waiting[j]) })
+	for _, s := range waiting {
+		if len(next) >= max {
+			break
+		}
+		next = append(next, lullv1.WaveEntry{Session: s.Name, Sequence: s.Status.DrainSequence + 1, AdmittedAt: metav1.NewTime(now.Truncate(time.Second))})
+	}
+	return next
+}
+
+// settled: nothing of a move is outstanding and the session is Ready.
+func settled(s *lullv1.Session) bool {
+	return s.Status.Drain == nil && s.Status.Replacement == nil && meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionReady)
+}
+
+// before orders waiting sessions: idle ones (the runtime reports no turn
+// in flight) first, then the one Ready the longest (its pod the oldest),
+// then by name.
+func before(a, b *lullv1.Session) bool {
+	if ia, ib := idle(a), idle(b); ia != ib {
+		return ia
+	}
+	ra, rb := readySince(a), readySince(b)
+	if !ra.Equal(rb) {
+		return ra.Before(rb)
+	}
+	return a.Name < b.Name
+}
+
+func idle(s *lullv1.Session) bool {
+	r := s.Status.Runtime
+	return r != nil && r.PodUID == s.Status.PodUID && r.ActiveTurns == 0
+}
+
+func readySince(s *lullv1.Session) time.Time {
+	if c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionReady); c != nil && c.Status == metav1.ConditionTrue {
+		return c.LastTransitionTime.Time
+	}
+	return time.Time{}.Add(1<<62 - 1) // not Ready: last
+}
+
+func hasConditionReason(s *lullv1.Session, typ, reason string) bool {
+	c := meta.FindStatusCondition(s.Status.Conditions, typ)
+	return c != nil && c.Reason == reason
+}
+
+// waitingForWave is the step of a stale session without a place.
+func waitingForWave(o Observed, current *lullv1.DrainRequest) Action {
+	return Action{Kind: Wait, Reason: ReasonWaitingForWave, Drain: current,
+		Message: fmt.Sprintf("pod %s runs revision %s; waiting for a place in the template's rollout wave (maxUnavailable)", o.Pod.Name, PodRevision(o.Pod))}
+}
