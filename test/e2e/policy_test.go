@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/journal"
@@ -156,5 +160,96 @@ func TestDrainDeadline(t *testing.T) {
 	}
 	if ev.EventTime.Time.Before(deadline) && ev.CreationTimestamp.Time.Before(deadline) {
 		t.Errorf("pod replaced at %s, before the deadline %s", ev.CreationTimestamp, deadline)
+	}
+}
+
+// waveWatcher follows every version of a namespace's Sessions through a
+// watch and records the most that were moving at once: an Update drain
+// request outstanding, a replacement committed, or not Ready.
+type waveWatcher struct {
+	mu     sync.Mutex
+	moving map[string]bool
+	why    map[string]string
+	most   int
+	at     []string // the sessions moving when most was reached
+}
+
+func watchWave(t *testing.T, ns string) *waveWatcher {
+	t.Helper()
+	cw, err := client.NewWithWatch(env.Cluster.Config, client.Options{Scheme: c.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := cw.Watch(ctx, &lullv1.SessionList{}, client.InNamespace(ns))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	ww := &waveWatcher{moving: map[string]bool{}, why: map[string]string{}}
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); w.Stop(); <-done })
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			s, ok := ev.Object.(*lullv1.Session)
+			if !ok {
+				continue
+			}
+			moving := !s.Spec.Suspend && ((s.Status.Drain != nil && s.Status.Drain.Reason == lullv1.DrainReasonUpdate) || s.Status.Replacement != nil ||
+				!meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionReady))
+			ww.mu.Lock()
+			ww.moving[s.Name] = moving && ev.Type != watch.Deleted
+			ww.why[s.Name] = fmt.Sprintf("rv %s seq %d drain %v replacement %v ready %v", s.ResourceVersion, s.Status.DrainSequence, s.Status.Drain != nil, s.Status.Replacement != nil,
+				meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionReady))
+			n := 0
+			var at []string
+			for name, m := range ww.moving {
+				if m {
+					n++
+					at = append(at, name+": "+ww.why[name])
+				}
+			}
+			if n > ww.most {
+				ww.most, ww.at = n, at
+			}
+			ww.mu.Unlock()
+		}
+	}()
+	return ww
+}
+
+// A wave of 2 over 20 sessions, observed by a live watch of the sessions,
+// never has more than 2 moving at once, even with the controller killed
+// and restarted in the middle of it.
+func TestWaveBoundHoldsAcrossControllerRestart(t *testing.T) {
+	two := intstr.FromInt32(2)
+	ns, names, before := setupTemplate(t, 20, policy(lullv1.UpdatePolicy{Strategy: lullv1.UpdateStrategyDrain, MaxUnavailable: &two}),
+		"--turn-min=200ms", "--turn-max=1500ms", "--think-max=200ms")
+	// The pods run; wait until every session's status says so too, or the
+	// watch would count a session whose Ready is not written yet.
+	eventually(t, 30*time.Second, "every session Ready", func() error {
+		for _, name := range names {
+			if !meta.IsStatusConditionTrue(session(t, ns, name).Status.Conditions, lullv1.ConditionReady) {
+				return fmt.Errorf("%s not Ready yet", name)
+			}
+		}
+		return nil
+	})
+	ww := watchWave(t, ns)
+	rollout(t, ns, "example.com/lull/turnrunner:v2")
+	time.Sleep(3 * time.Second) // in the middle of the wave
+	env.KillController()
+	if err := env.StartController(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	replacedAll(t, ns, names, before)
+	ww.mu.Lock()
+	defer ww.mu.Unlock()
+	switch {
+	case ww.most > 2:
+		t.Errorf("%d sessions moving at once (%v), want at most maxUnavailable 2", ww.most, ww.at)
+	case ww.most < 2:
+		t.Errorf("at most %d session moving at once: the wave of 2 was never used", ww.most)
 	}
 }
