@@ -17,6 +17,14 @@ const (
 	// ConditionRolledOut: every running session of the template runs the
 	// update revision.
 	ConditionRolledOut = "RolledOut"
+	// ConditionRolloutPaused: the template starts no new moves: by hand
+	// (spec.updatePolicy.paused, reason Paused) or by the brake (reason
+	// FailureThreshold: sessions failed on the update revision).
+	ConditionRolloutPaused = "RolloutPaused"
+	// ConditionBreakGlass: spec.breakGlass is in force (True, reason
+	// InForce) or names a revision that is not the template's (False,
+	// reason RevisionMismatch).
+	ConditionBreakGlass = "BreakGlass"
 )
 
 // Annotations and labels lull reads or writes.
@@ -30,6 +38,11 @@ const (
 	// AnnotationForceUpdateReason, optional, is recorded in the Event when
 	// a force takes effect.
 	AnnotationForceUpdateReason = "lull.dev/force-update-reason"
+
+	// AnnotationResumeRollout on a SessionTemplate names a revision whose
+	// rollout the brake must not pause again (`lull rollout resume`): an
+	// operator has judged its failures acceptable.
+	AnnotationResumeRollout = "lull.dev/resume-rollout"
 
 	// LabelSession is set on every object lull creates for a session,
 	// pods included; its value is the session name.

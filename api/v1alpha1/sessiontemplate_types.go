@@ -85,6 +85,60 @@ type UpdatePolicy struct {
 	// +kubebuilder:validation:XIntOrString
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",message="spec.updatePolicy.maxUnavailable: a count (0 or more) or a percentage from 0% to 100%"
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+
+	// Paused, when true, starts no new moves: sessions already moving
+	// finish, the others keep their revision.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+
+	// FailureThreshold is the brake: once this many sessions (a count, or
+	// a percentage of the running sessions rounded up, at least 1) run the
+	// update revision and fail to become Ready (their runtime cannot start,
+	// or not Ready within progressDeadlineSeconds), the rollout pauses by
+	// itself (condition RolloutPaused, reason FailureThreshold) until the
+	// template changes or `lull rollout resume`. Default 1.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^(100|[1-9][0-9]?)%$')",message="spec.updatePolicy.failureThreshold: a count of 1 or more, or a percentage from 1% to 100%"
+	FailureThreshold *intstr.IntOrString `json:"failureThreshold,omitempty"`
+
+	// ProgressDeadlineSeconds is how long a session's pod of the update
+	// revision may take to become Ready before it counts as failed for the
+	// brake. Default 600, as a Deployment's.
+	// +optional
+	// +kubebuilder:default=600
+	// +kubebuilder:validation:Minimum=1
+	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
+}
+
+// BreakGlass is a security-critical update forced for one revision: every
+// stale session is drained with a short deadline (Grace), then replaced,
+// within the wave, whatever the strategy. It applies only while Revision is
+// the template's revision; a later revision goes back to the policy.
+type BreakGlass struct {
+	// Revision is the template revision (status.revision) it applies to.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	Revision string `json:"revision"`
+	// Reason says why, for the Events and the status.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason"`
+	// Grace is the drain deadline each session gets (duration, default
+	// 5m); its runtime is told when it will be replaced.
+	// +optional
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="spec.breakGlass.grace must not be negative"
+	Grace metav1.Duration `json:"grace,omitempty"`
+	// RequestedBy is who asked, as the client that set it says (`lull
+	// rollout force` writes the user the API server authenticated it as).
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	RequestedBy string `json:"requestedBy,omitempty"`
+	// RequestedAt is when.
+	// +optional
+	RequestedAt *metav1.Time `json:"requestedAt,omitempty"`
 }
 
 // DefaultAgentImage is the image of the injected agent sidecar when
@@ -176,6 +230,10 @@ type SessionTemplateSpec struct {
 	// +optional
 	// +kubebuilder:default={strategy: Drain}
 	UpdatePolicy UpdatePolicy `json:"updatePolicy,omitempty"`
+
+	// BreakGlass forces the move to one revision (`lull rollout force`).
+	// +optional
+	BreakGlass *BreakGlass `json:"breakGlass,omitempty"`
 }
 
 // SessionTemplateStatus is what the controller observed of the template's
@@ -211,6 +269,17 @@ type SessionTemplateStatus struct {
 	// Suspended is the number of suspended sessions.
 	// +optional
 	Suspended int32 `json:"suspended"`
+
+	// PausedRevision is the revision whose rollout the brake paused; the
+	// pause ends when the template's revision changes.
+	// +optional
+	PausedRevision string `json:"pausedRevision,omitempty"`
+
+	// Failing names the sessions whose pods of the update revision failed
+	// to become Ready, at most 20 (see failureThreshold).
+	// +optional
+	// +kubebuilder:validation:MaxItems=20
+	Failing []string `json:"failing,omitempty"`
 
 	// Wave is the sessions admitted to move now (at most maxUnavailable),
 	// written by the controller with the template's resourceVersion as a

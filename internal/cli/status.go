@@ -97,6 +97,7 @@ func printStatus(ctx context.Context, out io.Writer, c client.Client, ns string,
 		if c := meta.FindStatusCondition(st.Conditions, lullv1.ConditionRolledOut); c != nil {
 			fmt.Fprintf(out, "  RolledOut=%s (%s): %s\n", c.Status, c.Reason, c.Message)
 		}
+		printPolicy(out, &t, rollout.MaxUnavailable(rollout.EffectivePolicy(&t, st.Revision), int(st.Sessions-st.Suspended)))
 		tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "  SESSION\tPHASE\tREVISION\tUP-TO-DATE\tREASON\tRUNTIME\tTURNS\tDRAIN REQUEST")
 		list := sessionsOf(sessions.Items, t.Name)
@@ -117,6 +118,9 @@ func printStatus(ctx context.Context, out io.Writer, c client.Client, ns string,
 			drain := "-"
 			if d := s.Status.Drain; d != nil {
 				drain = fmt.Sprintf("%s (%s ago)", d.RequestID, time.Since(d.RequestedAt.Time).Round(time.Second))
+				if d.Deadline != nil {
+					drain += fmt.Sprintf(", deadline in %s", time.Until(d.Deadline.Time).Round(time.Second))
+				}
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Status.Phase, s.Status.TemplateRevision, upToDate, reason, runtimeState, turns, drain)
 		}

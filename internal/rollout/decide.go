@@ -233,11 +233,12 @@ func Decide(o Observed) Action {
 	case current.Deadline != nil && !o.Now.Before(current.Deadline.Time):
 		return deadlinePassed(o)
 	default:
-		a := Action{Kind: Wait, Reason: ReasonDraining, Drain: current,
-			Message: fmt.Sprintf("waiting for the runtime of pod %s to drain (request %s)", pod.Name, current.RequestID)}
-		if current.Deadline != nil {
-			a.Message += fmt.Sprintf("; deadline %s", current.Deadline.UTC().Format(time.RFC3339))
-			a.RequeueAfter = current.Deadline.Sub(o.Now) + time.Second/10
+		// want is current, with a deadline added if the policy now has one.
+		a := Action{Kind: Wait, Reason: ReasonDraining, Drain: want,
+			Message: fmt.Sprintf("waiting for the runtime of pod %s to drain (request %s)", pod.Name, want.RequestID)}
+		if want.Deadline != nil {
+			a.Message += fmt.Sprintf("; deadline %s", want.Deadline.UTC().Format(time.RFC3339))
+			a.RequeueAfter = want.Deadline.Sub(o.Now) + time.Second/10
 		}
 		return a
 	}
@@ -354,7 +355,15 @@ func terminating(o Observed, prefix string) Action {
 // of the policy: now under Replace, now + drainTimeout if set.
 func updateRequest(st lullv1.SessionStatus, pod types.UID, revision string, now time.Time, p lullv1.UpdatePolicy) *lullv1.DrainRequest {
 	if c := st.Drain; c != nil && c.PodUID == pod && c.Reason == lullv1.DrainReasonUpdate && c.Revision == revision {
-		return c.DeepCopy()
+		c = c.DeepCopy()
+		if c.Deadline == nil && p.DrainTimeout != nil {
+			// A deadline came after the request (a break-glass, a
+			// drainTimeout set mid-drain): the runtime gets the whole
+			// timeout from now to warn its user.
+			d := metav1.NewTime(now.Truncate(time.Second).Add(p.DrainTimeout.Duration))
+			c.Deadline = &d
+		}
+		return c
 	}
 	r := newRequest(st, pod, lullv1.DrainReasonUpdate, now)
 	r.Revision = revision

@@ -456,6 +456,12 @@ func TestDecide(t *testing.T) {
 			drain: func() *lullv1.DrainRequest {
 				return withDeadline(requested(podUID, newRev, 1, earlier), earlier.Add(30*time.Second))
 			}},
+		{name: "a deadline set after the request (break-glass) is added to it, counted from now",
+			edit: func(o *Observed) {
+				o.Policy = lullv1.UpdatePolicy{DrainTimeout: &metav1.Duration{Duration: 5 * time.Minute}, OnDrainTimeout: lullv1.DrainTimeoutReplace}
+				outstanding(o, requested(podUID, newRev, 1, earlier))
+			}, kind: Wait, why: ReasonDraining, after: 5*time.Minute + time.Second/10,
+			drain: func() *lullv1.DrainRequest { return withDeadline(requested(podUID, newRev, 1, earlier), now.Add(5*time.Minute)) }},
 		{name: "a request's deadline outlives a policy change",
 			edit: func(o *Observed) {
 				o.Policy = lullv1.UpdatePolicy{OnDrainTimeout: lullv1.DrainTimeoutReplace}

@@ -43,7 +43,7 @@ func entry(name string, seq int64, age time.Duration) lullv1.WaveEntry {
 	return lullv1.WaveEntry{Session: name, Sequence: seq, AdmittedAt: metav1.NewTime(now.Add(-age))}
 }
 
-func names(wave []lullv1.WaveEntry) string {
+func waveNames(wave []lullv1.WaveEntry) string {
 	var out []string
 	for _, e := range wave {
 		out = append(out, e.Session)
@@ -104,8 +104,8 @@ func TestPlanWave(t *testing.T) {
 				sessions = append(sessions, w.session())
 			}
 			got := PlanWave(tc.wave, sessions, tc.max, now)
-			if names(got) != tc.want {
-				t.Errorf("wave = %s, want %s", names(got), tc.want)
+			if waveNames(got) != tc.want {
+				t.Errorf("wave = %s, want %s", waveNames(got), tc.want)
 			}
 			for _, e := range got {
 				for _, s := range sessions {

@@ -3,11 +3,13 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -252,4 +254,150 @@ func TestWaveBoundHoldsAcrossControllerRestart(t *testing.T) {
 	case ww.most < 2:
 		t.Errorf("at most %d session moving at once: the wave of 2 was never used", ww.most)
 	}
+}
+
+// setArgs changes the runtime container's args of the template rt: a new
+// revision.
+func setArgs(t *testing.T, ns string, args ...string) {
+	t.Helper()
+	tmpl := &lullv1.SessionTemplate{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "rt"}, tmpl); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(tmpl.DeepCopy())
+	tmpl.RuntimeContainer().Args = args
+	if err := c.Patch(context.Background(), tmpl, patch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func template(t *testing.T, ns string) *lullv1.SessionTemplate {
+	t.Helper()
+	tmpl := &lullv1.SessionTemplate{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "rt"}, tmpl); err != nil {
+		t.Fatal(err)
+	}
+	return tmpl
+}
+
+// The brake: a revision whose runtime cannot start (its arguments make it
+// exit at once, as a broken image would) pauses the rollout once the first
+// wave fails, naming the failing sessions, with a Warning Event; the other
+// sessions keep their revision and pods. A fixed revision resumes it and
+// every session converges.
+func TestBrokenRevisionPausesTheRollout(t *testing.T) {
+	two := intstr.FromInt32(2)
+	turns := []string{"--turn-min=200ms", "--turn-max=800ms", "--think-max=200ms"}
+	ns, names, before := setupTemplate(t, 6, policy(lullv1.UpdatePolicy{Strategy: lullv1.UpdateStrategyDrain, MaxUnavailable: &two}), turns...)
+	setArgs(t, ns, "--turn-min=5s", "--turn-max=1s") // exits at once: turn-min > turn-max
+	var failing []string
+	eventually(t, time.Minute, "RolloutPaused=True FailureThreshold", func() error {
+		tmpl := template(t, ns)
+		c := meta.FindStatusCondition(tmpl.Status.Conditions, lullv1.ConditionRolloutPaused)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != "FailureThreshold" {
+			return fmt.Errorf("RolloutPaused = %+v", c)
+		}
+		failing = tmpl.Status.Failing
+		return nil
+	})
+	if len(failing) == 0 {
+		t.Fatal("the paused template names no failing session")
+	}
+	wantTemplateEvent(t, ns, "rt", "FailureThreshold")
+	// Held a while: the sessions not yet moved keep their pods.
+	time.Sleep(3 * time.Second)
+	moved := 0
+	for _, name := range names {
+		if p := pod(t, ns, name); p != nil && string(p.UID) == before.Pods[name].UID {
+			if d := session(t, ns, name).Status.Drain; d != nil {
+				t.Errorf("%s: a drain was started while the rollout is paused: %s", name, d.RequestID)
+			}
+			continue
+		}
+		moved++
+	}
+	if moved == 0 || moved > 2 {
+		t.Errorf("%d sessions moved to the broken revision, want the first wave (1 or 2)", moved)
+	}
+
+	// The fix: a new revision releases the brake; everyone converges.
+	setArgs(t, ns, turns...)
+	if _, err := scenario.WaitFor(context.Background(), c, ns, names, 200*time.Millisecond, 2*time.Minute, nil, scenario.Converged); err != nil {
+		t.Fatalf("after the fix: %v", err)
+	}
+	eventually(t, 20*time.Second, "RolloutPaused=False", func() error {
+		if c := meta.FindStatusCondition(template(t, ns).Status.Conditions, lullv1.ConditionRolloutPaused); c == nil || c.Status != metav1.ConditionFalse {
+			return fmt.Errorf("RolloutPaused = %+v", c)
+		}
+		return nil
+	})
+}
+
+// Break-glass: sessions whose long turns would hold a drain for an hour are
+// replaced once the grace passes, within the wave, and the template records
+// who asked and why; the next routine revision drains without a deadline.
+func TestBreakGlass(t *testing.T) {
+	two := intstr.FromInt32(2)
+	ns, names, before := setupTemplate(t, 4, policy(lullv1.UpdatePolicy{Strategy: lullv1.UpdateStrategyDrain, MaxUnavailable: &two}),
+		"--turn-min=1h", "--turn-max=1h", "--think-max=0s")
+	for _, name := range names {
+		eventually(t, 10*time.Second, name+": turn begins", func() error { return openTurn(t, types.UID(before.Pods[name].UID)) })
+	}
+	rollout(t, ns, "example.com/lull/turnrunner:v2")
+	out := lullCLI(t, "rollout", "force", "rt", "-n", ns, "--reason", "CVE-2026-0001 in the runtime", "--grace", "3s")
+	if !strings.Contains(out, "break-glass for revision") {
+		t.Errorf("lull rollout force said: %s", out)
+	}
+	replacedAll(t, ns, names, before)
+	tmpl := template(t, ns)
+	c := meta.FindStatusCondition(tmpl.Status.Conditions, lullv1.ConditionBreakGlass)
+	if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "CVE-2026-0001") {
+		t.Errorf("BreakGlass condition = %+v, want True with the reason", c)
+	}
+	if bg := tmpl.Spec.BreakGlass; bg == nil || bg.RequestedBy == "" || bg.RequestedAt == nil {
+		t.Errorf("spec.breakGlass = %+v, want who and when", bg)
+	}
+	wantTemplateEvent(t, ns, "rt", "BreakGlass")
+	for _, name := range names {
+		wantEvent(t, ns, name, "DrainDeadlineExceeded")
+	}
+
+	// The next routine revision follows the policy: a drain, no deadline.
+	rollout(t, ns, "example.com/lull/turnrunner:v3")
+	var routine *lullv1.DrainRequest
+	eventually(t, 20*time.Second, "a routine drain request", func() error {
+		for _, name := range names {
+			if d := session(t, ns, name).Status.Drain; d != nil && d.Reason == lullv1.DrainReasonUpdate {
+				routine = d
+				return nil
+			}
+		}
+		return fmt.Errorf("no drain request yet")
+	})
+	if routine.Deadline != nil {
+		t.Errorf("the routine revision's drain request has a deadline %s: the break-glass outlived its revision", routine.Deadline)
+	}
+	if c := meta.FindStatusCondition(template(t, ns).Status.Conditions, lullv1.ConditionBreakGlass); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("BreakGlass condition after a new revision = %+v, want False", c)
+	}
+}
+
+// wantTemplateEvent returns the Event with reason on template name.
+func wantTemplateEvent(t *testing.T, ns, name, reason string) {
+	t.Helper()
+	eventually(t, 10*time.Second, "template event "+reason, func() error {
+		var list eventsv1.EventList
+		if err := c.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Regarding.Kind == "SessionTemplate" && e.Regarding.Name == name && e.Reason == reason {
+				if e.Type != corev1.EventTypeWarning {
+					return fmt.Errorf("event %s is %s, want Warning", reason, e.Type)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s event on SessionTemplate %s", reason, name)
+	})
 }

@@ -86,7 +86,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	o := rollout.Observed{Now: r.now(), Session: s, Policy: t.Spec.UpdatePolicy, Pod: pod, Admitted: rollout.Admitted(t.Status.Wave, s)}
+	o := rollout.Observed{Now: r.now(), Session: s, Policy: rollout.EffectivePolicy(t, TemplateRevision(t)), Pod: pod, Admitted: rollout.Admitted(t.Status.Wave, s)}
 	if o.PendingClaims, err = pendingClaims(ctx, r.reader(), s, t, pod); err != nil {
 		return ctrl.Result{}, err
 	}

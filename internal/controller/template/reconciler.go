@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/controller/session"
@@ -36,6 +38,9 @@ const MinWriteInterval = time.Second
 // Reconciler writes SessionTemplate status.
 type Reconciler struct {
 	Client client.Client
+	// Recorder records the template's Warning Events (the brake, a
+	// break-glass in force); nil records none.
+	Recorder recorder.EventRecorder
 	// Clock spaces status writes; nil means the real clock.
 	Clock clock.PassiveClock
 
@@ -55,15 +60,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.List(ctx, &list, client.InNamespace(t.Namespace), client.MatchingFields{session.IndexTemplateName: t.Name}); err != nil {
 		return ctrl.Result{}, err
 	}
+	now := r.now()
 	next := Summarize(t, list.Items)
 	running := int(next.Sessions - next.Suspended)
-	next.Wave = rollout.PlanWave(t.Status.Wave, list.Items, rollout.MaxUnavailable(t.Spec.UpdatePolicy, running), r.now())
+	brake := rollout.DecideBrake(t, next.Revision, list.Items, now)
+	room := rollout.MaxUnavailable(rollout.EffectivePolicy(t, next.Revision), running)
+	if brake.Paused {
+		room = 0 // those moving finish; nobody starts
+	}
+	next.Wave = rollout.PlanWave(t.Status.Wave, list.Items, room, now)
+	next.PausedRevision = brake.PausedRevision
+	next.Failing = brake.Failing[:min(len(brake.Failing), 20)]
+	setPolicyConditions(t, &next, brake)
+	result := ctrl.Result{RequeueAfter: brake.RequeueAfter}
 	if equality.Semantic.DeepEqual(t.Status, next) {
-		return ctrl.Result{}, nil
+		return result, nil
 	}
 	if wait := r.untilWriteAllowed(req.NamespacedName); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
+	before := t.Status
 	body, err := statusPatch(next, t.ResourceVersion)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -77,7 +93,52 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("patch status of template %s: %w", t.Name, err)
 	}
-	return ctrl.Result{}, nil
+	r.recordTransitions(t, before, next)
+	return result, nil
+}
+
+// setPolicyConditions sets RolloutPaused from the brake, and BreakGlass
+// from spec.breakGlass against the template's revision.
+func setPolicyConditions(t *lullv1.SessionTemplate, st *lullv1.SessionTemplateStatus, b rollout.Brake) {
+	paused := metav1.Condition{Type: lullv1.ConditionRolloutPaused, Status: metav1.ConditionFalse, Reason: b.Reason, Message: b.Message, ObservedGeneration: t.Generation}
+	if b.Paused {
+		paused.Status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&st.Conditions, paused)
+	bg := t.Spec.BreakGlass
+	if bg == nil {
+		meta.RemoveStatusCondition(&st.Conditions, lullv1.ConditionBreakGlass)
+		return
+	}
+	by := bg.RequestedBy
+	if by == "" {
+		by = "unknown"
+	}
+	c := metav1.Condition{Type: lullv1.ConditionBreakGlass, Status: metav1.ConditionTrue, Reason: rollout.ReasonBreakGlassActive, ObservedGeneration: t.Generation,
+		Message: fmt.Sprintf("break-glass for revision %s, requested by %s: %q; every stale session drains for at most %s, then is replaced", bg.Revision, by, bg.Reason, bg.Grace.Duration)}
+	if bg.Revision != st.Revision {
+		c.Status, c.Reason = metav1.ConditionFalse, rollout.ReasonRevisionMismatch
+		c.Message = fmt.Sprintf("spec.breakGlass names revision %s, but the template's revision is %s: it applies to nothing (the update policy applies); `lull rollout force %s` names the current one", bg.Revision, st.Revision, t.Name)
+	}
+	meta.SetStatusCondition(&st.Conditions, c)
+}
+
+// recordTransitions records a Warning Event when the brake stops a
+// revision and when a break-glass comes into force.
+func (r *Reconciler) recordTransitions(t *lullv1.SessionTemplate, before, after lullv1.SessionTemplateStatus) {
+	if r.Recorder == nil {
+		return
+	}
+	was := func(typ, reason string) bool {
+		c := meta.FindStatusCondition(before.Conditions, typ)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == reason
+	}
+	if c := meta.FindStatusCondition(after.Conditions, lullv1.ConditionRolloutPaused); c != nil && c.Status == metav1.ConditionTrue && !was(c.Type, c.Reason) {
+		r.Recorder.Eventf(t, nil, corev1.EventTypeWarning, c.Reason, "PauseRollout", c.Message)
+	}
+	if c := meta.FindStatusCondition(after.Conditions, lullv1.ConditionBreakGlass); c != nil && c.Status == metav1.ConditionTrue && !was(c.Type, c.Reason) {
+		r.Recorder.Eventf(t, nil, corev1.EventTypeWarning, "BreakGlass", "ForceRollout", c.Message)
+	}
 }
 
 func (r *Reconciler) now() time.Time {
