@@ -77,6 +77,10 @@ type Deletion struct {
 	// the relist counts as before it; the journal's turn check, which does
 	// not depend on the watch, still judges the pod.
 	Unobserved bool
+	// AfterGap: the auditor's watch broke between the last version of the
+	// session it saw before the deletion and the deletion, and the first
+	// version after the break was judged as before it (see JudgingRV).
+	AfterGap bool
 
 	rv  uint64      // resourceVersion of the first write that showed the deletion
 	pod *corev1.Pod // the pod as last seen before the deletion
@@ -95,6 +99,8 @@ type Auditor struct {
 	expired   map[types.UID]expiredTurns // highest expiredTurns reported per pod
 	deletions map[types.UID]*Deletion
 	exempt    map[types.UID]string
+	// breaks are when a watch of the auditor broke (see JudgingRV).
+	breaks []time.Time
 }
 
 type nsViolation struct{ namespace, msg string }
@@ -130,11 +136,15 @@ func Start(ctx context.Context, cfg *rest.Config) (*Auditor, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := ctrlcache.New(cfg, ctrlcache.Options{Scheme: scheme})
+	a := newAuditor()
+	c, err := ctrlcache.New(cfg, ctrlcache.Options{Scheme: scheme,
+		DefaultWatchErrorHandler: func(ctx context.Context, r *cache.Reflector, err error) {
+			a.watchBroke(time.Now())
+			cache.DefaultWatchErrorHandler(ctx, r, err)
+		}})
 	if err != nil {
 		return nil, err
 	}
-	a := newAuditor()
 	a.cache = c
 	podInf, err := c.GetInformer(ctx, &corev1.Pod{})
 	if err != nil {
@@ -162,6 +172,14 @@ func Start(ctx context.Context, cfg *rest.Config) (*Auditor, error) {
 		return nil, fmt.Errorf("audit: caches did not sync")
 	}
 	return a, nil
+}
+
+// watchBroke records that a watch of the auditor's broke at t: versions
+// written until it is re-established are not seen.
+func (a *Auditor) watchBroke(t time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.breaks = append(a.breaks, t)
 }
 
 func (a *Auditor) session(o any) {
@@ -259,19 +277,23 @@ func (a *Auditor) Deletions() []Deletion {
 	defer a.mu.Unlock()
 	out := make([]Deletion, 0, len(a.deletions))
 	for _, d := range a.deletions {
-		out = append(out, judge(*d, a.sightings[types.NamespacedName{Namespace: d.Namespace, Name: d.Session}]))
+		out = append(out, judge(*d, a.sightings[types.NamespacedName{Namespace: d.Namespace, Name: d.Session}], a.breaks))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
 	return out
 }
 
 // judge fills in the rules' findings on d.
-func judge(d Deletion, sightings []Sighting) Deletion {
+func judge(d Deletion, sightings []Sighting, breaks []time.Time) Deletion {
 	pod := d.pod
 	if pod == nil {
 		pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: d.PodUID}}
 	}
-	g := Judge(pod, d.rv, d.At, sightings)
+	rv := d.rv
+	if !d.Unobserved {
+		rv, d.AfterGap = JudgingRV(sightings, d.rv, d.At, breaks)
+	}
+	g := Judge(pod, rv, d.At, sightings)
 	d.Drained, d.DrainedAt, d.RequestID = g.Drained, g.DrainedAt, g.RequestID
 	d.Failed, d.FailedReason, d.NeverStarted, d.Forced, d.Detail = g.Failed, g.FailedReason, g.NeverStarted, g.Forced, g.Detail
 	d.DeadlinePassed = g.DeadlinePassed
@@ -292,6 +314,9 @@ type Report struct {
 	// Unobserved counts deletions learned from a relist (see
 	// Deletion.Unobserved).
 	Unobserved int
+	// AfterGap counts deletions judged on a version of their session seen
+	// after a watch break (see Deletion.AfterGap).
+	AfterGap   int
 	Violations []string
 }
 
@@ -343,6 +368,9 @@ func (a *Auditor) Check(journalDir, ns string) (Report, error) {
 		deleted[d.PodUID] = d
 		if d.Unobserved {
 			r.Unobserved++
+		}
+		if d.AfterGap {
+			r.AfterGap++
 		}
 		if v := DeletionViolation(d); v != "" {
 			r.Violations = append(r.Violations, v)

@@ -267,6 +267,37 @@ func DeadlinePassedBefore(sightings []Sighting, pod types.UID, deletionRV uint64
 	return d != nil && d.PodUID == pod && d.Deadline != nil && !at.Before(d.Deadline.Time)
 }
 
+// JudgingRV returns the resourceVersion a deletion is judged before. It is
+// the deletion's own, unless the auditor's watch broke (an API server
+// restart) after the last version of the session it saw before the
+// deletion and before it saw the deletion (at): the session's versions in
+// between are lost, and the first version seen after the break may hold the
+// report that allowed the deletion, written before it. That version is
+// then judged as before the deletion (gap true), as a deletion learned from
+// a relist is (Deletion.Unobserved); the journal's turn check, which needs
+// no watch, still judges its turns.
+func JudgingRV(sightings []Sighting, deletionRV uint64, at time.Time, breaks []time.Time) (rv uint64, gap bool) {
+	var lastAt time.Time
+	if seen := before(sightings, deletionRV); len(seen) > 0 {
+		lastAt = seen[len(seen)-1].At
+	}
+	for _, b := range breaks {
+		if b.Before(lastAt) || b.After(at) {
+			continue
+		}
+		var first *Sighting
+		for i := range sightings {
+			if s := &sightings[i]; !s.At.Before(b) && (first == nil || s.At.Before(first.At)) {
+				first = s
+			}
+		}
+		if first != nil && first.RV >= deletionRV {
+			return first.RV + 1, true
+		}
+	}
+	return deletionRV, false
+}
+
 // Grounds are what Judge found for one deletion.
 type Grounds struct {
 	Drained      bool

@@ -234,3 +234,35 @@ func TestRequestLedger(t *testing.T) {
 		})
 	}
 }
+
+// A watch break between the last version of a session seen before a
+// deletion and the deletion: the first version seen after the break is
+// judged as before the deletion; without a break, it is not.
+func TestJudgingRV(t *testing.T) {
+	req := request("p", "update-a", 1)
+	draining := Sighting{RV: 10, At: t0, Drain: req, Runtime: report("p", "update-a", lullv1.RuntimeDraining, 1)}
+	afterRestart := Sighting{RV: 150, At: t0.Add(20 * time.Second), Drain: req, Runtime: report("p", "update-a", lullv1.RuntimeDrained, 0)}
+	sightings := []Sighting{draining, afterRestart}
+	const deletionRV = 100
+	seen := t0.Add(15 * time.Second)
+
+	rv, gap := JudgingRV(sightings, deletionRV, seen, []time.Time{t0.Add(5 * time.Second)})
+	if !gap || rv != 151 {
+		t.Fatalf("with a break: rv %d gap %v, want 151 true", rv, gap)
+	}
+	if g := Judge(runningPod("p"), rv, seen, sightings); !g.Drained {
+		t.Errorf("the Drained report seen after the break does not allow the deletion")
+	}
+	for name, breaks := range map[string][]time.Time{
+		"no break":                            nil,
+		"a break before the last version":     {t0.Add(-time.Second)},
+		"a break after the deletion was seen": {seen.Add(time.Second)},
+	} {
+		if rv, gap := JudgingRV(sightings, deletionRV, seen, breaks); gap || rv != deletionRV {
+			t.Errorf("%s: rv %d gap %v, want the deletion's own", name, rv, gap)
+		}
+		if g := Judge(runningPod("p"), deletionRV, seen, sightings); g.Drained {
+			t.Errorf("%s: a report written after the deletion allowed it", name)
+		}
+	}
+}

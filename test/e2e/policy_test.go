@@ -377,9 +377,12 @@ func TestBreakGlass(t *testing.T) {
 	if routine.Deadline != nil {
 		t.Errorf("the routine revision's drain request has a deadline %s: the break-glass outlived its revision", routine.Deadline)
 	}
-	if c := meta.FindStatusCondition(template(t, ns).Status.Conditions, lullv1.ConditionBreakGlass); c == nil || c.Status != metav1.ConditionFalse {
-		t.Errorf("BreakGlass condition after a new revision = %+v, want False", c)
-	}
+	eventually(t, 10*time.Second, "BreakGlass=False after a new revision", func() error {
+		if c := meta.FindStatusCondition(template(t, ns).Status.Conditions, lullv1.ConditionBreakGlass); c == nil || c.Status != metav1.ConditionFalse {
+			return fmt.Errorf("BreakGlass = %+v", c)
+		}
+		return nil
+	})
 }
 
 // wantTemplateEvent returns the Event with reason on template name.
