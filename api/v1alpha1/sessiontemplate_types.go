@@ -266,6 +266,25 @@ type SessionTemplateStatus struct {
 	// +optional
 	Draining int32 `json:"draining"`
 
+	// Waiting is the number of stale sessions waiting for a place in the
+	// wave (maxUnavailable).
+	// +optional
+	Waiting int32 `json:"waiting"`
+
+	// UpdatePending is the number of stale sessions left alone by the
+	// Passive strategy.
+	// +optional
+	UpdatePending int32 `json:"updatePending"`
+
+	// ExpectedCompletion is when the rollout is expected to finish under
+	// its policy: the stale sessions in waves of maxUnavailable, each wave
+	// as long as the drains this controller has watched finish (their
+	// mean). Unset when nothing is stale, when no drain has been watched
+	// yet, under Passive (sessions move when replaced for another reason),
+	// and while paused.
+	// +optional
+	ExpectedCompletion *metav1.Time `json:"expectedCompletion,omitempty"`
+
 	// Suspended is the number of suspended sessions.
 	// +optional
 	Suspended int32 `json:"suspended"`
@@ -318,6 +337,8 @@ type SessionTemplateStatus struct {
 // +kubebuilder:printcolumn:name="Current",type=integer,JSONPath=`.status.current`
 // +kubebuilder:printcolumn:name="Stale",type=integer,JSONPath=`.status.stale`
 // +kubebuilder:printcolumn:name="Draining",type=integer,JSONPath=`.status.draining`
+// +kubebuilder:printcolumn:name="Paused",type=string,JSONPath=`.status.conditions[?(@.type=="RolloutPaused")].status`
+// +kubebuilder:printcolumn:name="Expected",type=date,JSONPath=`.status.expectedCompletion`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be at most 63 characters: sessions carry it in the lull.dev/template label"
 type SessionTemplate struct {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -164,10 +165,27 @@ func whoAmI(ctx context.Context, c client.Client) string {
 	return cliFieldManager()
 }
 
-// printPolicy prints a template's update policy state: pause, brake,
-// break-glass and wave.
+// progressBar draws done of total as 30 characters.
+func progressBar(done, total int32) string {
+	const width = 30
+	n := 0
+	if total > 0 {
+		n = int(done) * width / int(total)
+	}
+	return "[" + strings.Repeat("#", n) + strings.Repeat(".", width-n) + "]"
+}
+
+// printPolicy prints a template's update policy state: progress and the
+// expected completion, pause, brake, break-glass and wave.
 func printPolicy(out io.Writer, t *lullv1.SessionTemplate, maxUnavailable int) {
 	st := t.Status
+	running := st.Sessions - st.Suspended
+	fmt.Fprintf(out, "  %s %d/%d on revision %s; %d draining, %d waiting for the wave, %d left alone (Passive)",
+		progressBar(st.Current, running), st.Current, running, st.Revision, st.Draining, st.Waiting, st.UpdatePending)
+	if e := st.ExpectedCompletion; e != nil {
+		fmt.Fprintf(out, "; expected to finish in %s (%s)", time.Until(e.Time).Round(time.Second), e.UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintln(out)
 	fmt.Fprintf(out, "  wave: %d of %d moving", len(st.Wave), maxUnavailable)
 	if p := t.Spec.UpdatePolicy.DrainTimeout; p != nil {
 		fmt.Fprintf(out, "; drainTimeout %s then %s", p.Duration, t.Spec.UpdatePolicy.OnDrainTimeout)

@@ -461,7 +461,9 @@ func TestDecide(t *testing.T) {
 				o.Policy = lullv1.UpdatePolicy{DrainTimeout: &metav1.Duration{Duration: 5 * time.Minute}, OnDrainTimeout: lullv1.DrainTimeoutReplace}
 				outstanding(o, requested(podUID, newRev, 1, earlier))
 			}, kind: Wait, why: ReasonDraining, after: 5*time.Minute + time.Second/10,
-			drain: func() *lullv1.DrainRequest { return withDeadline(requested(podUID, newRev, 1, earlier), now.Add(5*time.Minute)) }},
+			drain: func() *lullv1.DrainRequest {
+				return withDeadline(requested(podUID, newRev, 1, earlier), now.Add(5*time.Minute))
+			}},
 		{name: "a request's deadline outlives a policy change",
 			edit: func(o *Observed) {
 				o.Policy = lullv1.UpdatePolicy{OnDrainTimeout: lullv1.DrainTimeoutReplace}

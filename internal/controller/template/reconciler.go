@@ -46,6 +46,7 @@ type Reconciler struct {
 
 	mu        sync.Mutex
 	lastWrite map[types.NamespacedName]time.Time
+	drains    drainClock
 }
 
 // +kubebuilder:rbac:groups=lull.dev,resources=sessiontemplates/status,verbs=get;patch;update
@@ -69,6 +70,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		room = 0 // those moving finish; nobody starts
 	}
 	next.Wave = rollout.PlanWave(t.Status.Wave, list.Items, room, now)
+	r.drains.observe(req.NamespacedName, list.Items, now)
+	next.ExpectedCompletion = nil
+	if mean, ok := r.drains.meanOf(req.NamespacedName); ok && room > 0 && next.Stale > next.UpdatePending && rollout.EffectivePolicy(t, next.Revision).Strategy != lullv1.UpdateStrategyPassive {
+		var previous *time.Time
+		if p := t.Status.ExpectedCompletion; p != nil {
+			previous = &p.Time
+		}
+		eta := metav1.NewTime(rollout.ExpectedCompletion(int(next.Stale-next.UpdatePending), room, mean, now, previous))
+		next.ExpectedCompletion = &eta
+	}
 	next.PausedRevision = brake.PausedRevision
 	next.Failing = brake.Failing[:min(len(brake.Failing), 20)]
 	setPolicyConditions(t, &next, brake)
@@ -185,6 +196,9 @@ func statusPatch(st lullv1.SessionTemplateStatus, resourceVersion string) ([]byt
 	if st.OldestStaleSince == nil {
 		fields["oldestStaleSince"] = nil
 	}
+	if st.ExpectedCompletion == nil {
+		fields["expectedCompletion"] = nil
+	}
 	if len(st.Wave) == 0 {
 		fields["wave"] = nil
 	}
@@ -214,6 +228,12 @@ func Summarize(t *lullv1.SessionTemplate, sessions []lullv1.Session) lullv1.Sess
 			continue
 		}
 		st.Stale++
+		switch {
+		case c != nil && c.Reason == rollout.ReasonWaitingForWave:
+			st.Waiting++
+		case c != nil && c.Reason == rollout.ReasonUpdatePending:
+			st.UpdatePending++
+		}
 		if c != nil && rollout.Blocked(c.Reason) {
 			blocked = append(blocked, fmt.Sprintf("%s (%s)", s.Name, c.Reason))
 		}
