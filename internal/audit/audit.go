@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net/http"
 	"sort"
 	"strconv"
 	"sync"
@@ -137,6 +138,20 @@ func Start(ctx context.Context, cfg *rest.Config) (*Auditor, error) {
 		return nil, err
 	}
 	a := newAuditor()
+	// A restarting API server closes the watches; the reflectors' requests
+	// to re-establish them fail until it is back. Every failed request
+	// marks a break: versions written until the watches are back are not
+	// seen.
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			if err != nil || resp.StatusCode >= 500 {
+				a.watchBroke(time.Now())
+			}
+			return resp, err
+		})
+	})
 	c, err := ctrlcache.New(cfg, ctrlcache.Options{Scheme: scheme,
 		DefaultWatchErrorHandler: func(ctx context.Context, r *cache.Reflector, err error) {
 			a.watchBroke(time.Now())
@@ -174,11 +189,18 @@ func Start(ctx context.Context, cfg *rest.Config) (*Auditor, error) {
 	return a, nil
 }
 
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
 // watchBroke records that a watch of the auditor's broke at t: versions
 // written until it is re-established are not seen.
 func (a *Auditor) watchBroke(t time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if n := len(a.breaks); n > 0 && t.Sub(a.breaks[n-1]) < 500*time.Millisecond {
+		return // one mark per half second is enough to place a gap
+	}
 	a.breaks = append(a.breaks, t)
 }
 

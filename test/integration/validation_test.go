@@ -178,6 +178,46 @@ func TestCRDValidation(t *testing.T) {
 			field: []string{"spec.updatePolicy.onDrainTimeout", `"Later"`},
 		},
 		{
+			name:  "maxUnavailable 0 with Replace",
+			write: createRaw(ns, "zero-replace", `{"strategy":"Replace","maxUnavailable":0}`),
+			field: []string{"spec.updatePolicy", "maxUnavailable: 0 would let no session move"},
+		},
+		{
+			name:  "maxUnavailable 0% with Drain",
+			write: createRaw(ns, "zero-drain", `{"strategy":"Drain","maxUnavailable":"0%"}`),
+			field: []string{"spec.updatePolicy", "maxUnavailable: 0 would let no session move"},
+		},
+		{
+			name:  "maxUnavailable over 100%",
+			write: createRaw(ns, "over-100", `{"maxUnavailable":"150%"}`),
+			field: []string{"spec.updatePolicy.maxUnavailable", "from 0% to 100%"},
+		},
+		{
+			name:  "maxUnavailable negative",
+			write: createRaw(ns, "negative-max", `{"maxUnavailable":-1}`),
+			field: []string{"spec.updatePolicy.maxUnavailable"},
+		},
+		{
+			name:  "failureThreshold 0",
+			write: createRaw(ns, "zero-threshold", `{"failureThreshold":0}`),
+			field: []string{"spec.updatePolicy.failureThreshold", "1 or more"},
+		},
+		{
+			name:  "progressDeadlineSeconds 0",
+			write: createRaw(ns, "zero-deadline", `{"progressDeadlineSeconds":0}`),
+			field: []string{"spec.updatePolicy.progressDeadlineSeconds"},
+		},
+		{
+			name:  "break-glass without a reason",
+			write: createRawSpec(ns, "bg-no-reason", `"breakGlass":{"revision":"abc"}`),
+			field: []string{"spec.breakGlass.reason"},
+		},
+		{
+			name:  "break-glass with a negative grace",
+			write: createRawSpec(ns, "bg-negative", `"breakGlass":{"revision":"abc","reason":"CVE","grace":"-1m"}`),
+			field: []string{"spec.breakGlass.grace", "must not be negative"},
+		},
+		{
 			name: "session without templateRef",
 			write: func(ctx context.Context) error {
 				u := &unstructured.Unstructured{Object: map[string]any{
@@ -345,6 +385,20 @@ func createRaw(ns, name, updatePolicy string) func(ctx context.Context) error {
 		u := &unstructured.Unstructured{}
 		err := json.Unmarshal([]byte(`{"apiVersion":"lull.dev/v1alpha1","kind":"SessionTemplate","metadata":{"name":"`+name+`","namespace":"`+ns+`"},
 			"spec":{"template":{"spec":{"containers":[{"name":"runtime","image":"example.com/rt:v1"}]}},"updatePolicy":`+updatePolicy+`}}`), &u.Object)
+		if err != nil {
+			return err
+		}
+		return admin.Create(ctx, u)
+	}
+}
+
+// createRawSpec returns a write that creates a template with extra spec
+// fields, as JSON.
+func createRawSpec(ns, name, fields string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		u := &unstructured.Unstructured{}
+		err := json.Unmarshal([]byte(`{"apiVersion":"lull.dev/v1alpha1","kind":"SessionTemplate","metadata":{"name":"`+name+`","namespace":"`+ns+`"},
+			"spec":{"template":{"spec":{"containers":[{"name":"runtime","image":"example.com/rt:v1"}]}},`+fields+`}}`), &u.Object)
 		if err != nil {
 			return err
 		}
