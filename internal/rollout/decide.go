@@ -208,9 +208,10 @@ func Decide(o Observed) Action {
 		return Action{Kind: DeletePod, Reason: ReasonForced, PodUID: pod.UID, Drain: want,
 			Message: fmt.Sprintf("%s=%s: replacing stale pod %s without waiting for a drain", lullv1.AnnotationForceUpdate, force, pod.Name)}
 	}
-	if o.Policy.Strategy == lullv1.UpdateStrategyPassive && (current == nil || current.Reason == lullv1.DrainReasonUpdate) {
-		// An Update request left from another strategy is withdrawn: the
-		// runtime reopens. Its Drained report, if any, answers nothing.
+	if o.Policy.Strategy == lullv1.UpdateStrategyPassive && (current == nil || current.Reason == lullv1.DrainReasonUpdate || current.Reason == lullv1.DrainReasonManual) {
+		// An Update request left from another strategy, or the Manual
+		// request of a suspension taken back, is withdrawn: the runtime
+		// reopens. Its Drained report, if any, answers nothing.
 		return Action{Kind: Wait, Reason: ReasonUpdatePending,
 			Message: fmt.Sprintf("pod %s runs revision %s; the update to revision %s waits until the pod is replaced for another reason (strategy Passive)", pod.Name, PodRevision(pod), update)}
 	}

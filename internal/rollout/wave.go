@@ -154,6 +154,11 @@ func hasConditionReason(s *lullv1.Session, typ, reason string) bool {
 
 // waitingForWave is the step of a stale session without a place.
 func waitingForWave(o Observed, current *lullv1.DrainRequest) Action {
+	if current != nil && current.Reason == lullv1.DrainReasonManual {
+		// The suspension it drained for was taken back: the runtime
+		// reopens while the session waits for its place.
+		current = nil
+	}
 	return Action{Kind: Wait, Reason: ReasonWaitingForWave, Drain: current,
 		Message: fmt.Sprintf("pod %s runs revision %s; waiting for a place in the template's rollout wave (maxUnavailable)", o.Pod.Name, PodRevision(o.Pod))}
 }
