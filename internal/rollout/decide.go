@@ -357,7 +357,11 @@ func terminating(o Observed, prefix string) Action {
 func updateRequest(st lullv1.SessionStatus, pod types.UID, revision string, now time.Time, p lullv1.UpdatePolicy) *lullv1.DrainRequest {
 	if c := st.Drain; c != nil && c.PodUID == pod && c.Reason == lullv1.DrainReasonUpdate && c.Revision == revision {
 		c = c.DeepCopy()
-		if c.Deadline == nil && p.DrainTimeout != nil {
+		if c.Deadline == nil && p.Strategy == lullv1.UpdateStrategyReplace {
+			// Replace came after the request: it is replaced now.
+			d := metav1.NewTime(now.Truncate(time.Second))
+			c.Deadline = &d
+		} else if c.Deadline == nil && p.DrainTimeout != nil {
 			// A deadline came after the request (a break-glass, a
 			// drainTimeout set mid-drain): the runtime gets the whole
 			// timeout from now to warn its user.
