@@ -85,6 +85,9 @@ type Deletion struct {
 
 	rv  uint64      // resourceVersion of the first write that showed the deletion
 	pod *corev1.Pod // the pod as last seen before the deletion
+	// madeAt is when the API server says the delete was made
+	// (deletionTimestamp minus the grace period); zero if unknown.
+	madeAt time.Time
 }
 
 // Auditor records deletions and reports while it runs.
@@ -268,6 +271,12 @@ func (a *Auditor) observePod(pod *corev1.Pod, gone, unobserved bool, now time.Ti
 		judged = pod.DeepCopy()
 	}
 	d := &Deletion{Namespace: pod.Namespace, Session: name, Pod: pod.Name, PodUID: pod.UID, At: now, rv: rv(pod), pod: judged}
+	if ts, grace := pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds; ts != nil && grace != nil {
+		// The API server's stamp of when the delete was made (its
+		// deletionTimestamp is then plus the grace period): a deadline is
+		// judged on it, not on when the auditor happened to see it.
+		d.madeAt = ts.Add(-time.Duration(*grace) * time.Second)
+	}
 	if unobserved {
 		// pod is its last version seen before the gap, not the deletion.
 		d.rv, d.Unobserved = math.MaxUint64, true
@@ -315,7 +324,11 @@ func judge(d Deletion, sightings []Sighting, breaks []time.Time) Deletion {
 	if !d.Unobserved {
 		rv, d.AfterGap = JudgingRV(sightings, d.rv, d.At, breaks)
 	}
-	g := Judge(pod, rv, d.At, sightings)
+	at := d.At
+	if !d.madeAt.IsZero() && d.madeAt.Before(at) {
+		at = d.madeAt
+	}
+	g := Judge(pod, rv, at, sightings)
 	d.Drained, d.DrainedAt, d.RequestID = g.Drained, g.DrainedAt, g.RequestID
 	d.Failed, d.FailedReason, d.NeverStarted, d.Forced, d.Detail = g.Failed, g.FailedReason, g.NeverStarted, g.Forced, g.Detail
 	d.DeadlinePassed = g.DeadlinePassed

@@ -260,8 +260,10 @@ func ForcedBefore(sightings []Sighting, pod types.UID, deletionRV uint64) bool {
 
 // DeadlinePassedBefore reports whether the session, as last seen before
 // deletionRV, had a drain request for pod whose deadline was not after at,
-// when the deletion was seen. (at is the auditor's clock when it saw the
-// deletion, which is later than the deletion by its watch's latency.)
+// when the deletion was made. (at is the API server's stamp of the delete,
+// its deletionTimestamp minus the grace period, when the auditor saw one;
+// otherwise when the auditor saw the deletion, later than it by the
+// watch's latency.)
 func DeadlinePassedBefore(sightings []Sighting, pod types.UID, deletionRV uint64, at time.Time) bool {
 	seen := before(sightings, deletionRV)
 	if len(seen) == 0 {

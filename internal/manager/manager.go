@@ -119,7 +119,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err := sessions.SetupWithManager(mgr, session.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}); err != nil {
 		return nil, fmt.Errorf("set up session controller: %w", err)
 	}
-	if err := (&template.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("lull-controller")}).SetupWithManager(mgr); err != nil {
+	if err := (&template.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("lull-controller")}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up sessiontemplate controller: %w", err)
 	}
 	return mgr, nil

@@ -46,7 +46,8 @@ type Brake struct {
 // (spec.updatePolicy.paused), or by the brake once failureThreshold
 // sessions run the update revision rev and fail on it: their Ready
 // condition says PodFailed (the runtime container cannot start), or has
-// not been True for progressDeadlineSeconds. Once the brake stops a
+// not been True for progressDeadlineSeconds; a session left with no pod
+// for that long counts as failing too. Once the brake stops a
 // revision it stays stopped until the revision changes or the template's
 // lull.dev/resume-rollout annotation names it. Sessions already moving
 // finish; the others keep their revision.
@@ -64,7 +65,12 @@ func DecideBrake(t *lullv1.SessionTemplate, rev string, sessions []lullv1.Sessio
 			continue
 		}
 		running++
-		if s.Status.TemplateRevision != rev {
+		// A session with no pod at all counts too: a revision whose pods
+		// the API server refuses (a PodSecurity level, a quota, a webhook)
+		// leaves each session it reaches without one, and moving more
+		// sessions would only take more pods away.
+		noPod := s.Status.PodUID == "" && s.Status.TemplateRevision == ""
+		if s.Status.TemplateRevision != rev && !noPod {
 			continue
 		}
 		c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionReady)

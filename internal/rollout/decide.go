@@ -208,9 +208,10 @@ func Decide(o Observed) Action {
 		return Action{Kind: DeletePod, Reason: ReasonForced, PodUID: pod.UID, Drain: want,
 			Message: fmt.Sprintf("%s=%s: replacing stale pod %s without waiting for a drain", lullv1.AnnotationForceUpdate, force, pod.Name)}
 	}
-	if o.Policy.Strategy == lullv1.UpdateStrategyPassive && (current == nil || current.Reason == lullv1.DrainReasonUpdate) {
-		// An Update request left from another strategy is withdrawn: the
-		// runtime reopens. Its Drained report, if any, answers nothing.
+	if o.Policy.Strategy == lullv1.UpdateStrategyPassive && (current == nil || current.Reason == lullv1.DrainReasonUpdate || current.Reason == lullv1.DrainReasonManual) {
+		// An Update request left from another strategy, or the Manual
+		// request of a suspension taken back, is withdrawn: the runtime
+		// reopens. Its Drained report, if any, answers nothing.
 		return Action{Kind: Wait, Reason: ReasonUpdatePending,
 			Message: fmt.Sprintf("pod %s runs revision %s; the update to revision %s waits until the pod is replaced for another reason (strategy Passive)", pod.Name, PodRevision(pod), update)}
 	}
@@ -356,7 +357,11 @@ func terminating(o Observed, prefix string) Action {
 func updateRequest(st lullv1.SessionStatus, pod types.UID, revision string, now time.Time, p lullv1.UpdatePolicy) *lullv1.DrainRequest {
 	if c := st.Drain; c != nil && c.PodUID == pod && c.Reason == lullv1.DrainReasonUpdate && c.Revision == revision {
 		c = c.DeepCopy()
-		if c.Deadline == nil && p.DrainTimeout != nil {
+		if c.Deadline == nil && p.Strategy == lullv1.UpdateStrategyReplace {
+			// Replace came after the request: it is replaced now.
+			d := metav1.NewTime(now.Truncate(time.Second))
+			c.Deadline = &d
+		} else if c.Deadline == nil && p.DrainTimeout != nil {
 			// A deadline came after the request (a break-glass, a
 			// drainTimeout set mid-drain): the runtime gets the whole
 			// timeout from now to warn its user.

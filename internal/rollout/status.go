@@ -71,6 +71,13 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 		}
 		set(lullv1.ConditionReady, metav1.ConditionFalse, reason, msg)
 	}
+	if !ready && o.Pod != nil && s.Status.PodUID != o.Pod.UID {
+		// A new pod (a replacement, a resumed session) is not Ready yet:
+		// the time it has to become Ready (the brake's progress deadline)
+		// starts now, not when the session last stopped being Ready,
+		// which for a resumed session was its suspension.
+		meta.FindStatusCondition(st.Conditions, lullv1.ConditionReady).LastTransitionTime = metav1.NewTime(o.Now)
+	}
 
 	switch {
 	case s.Spec.Suspend:

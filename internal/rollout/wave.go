@@ -116,6 +116,25 @@ func PlanWave(wave []lullv1.WaveEntry, sessions []lullv1.Session, max int, now t
 	return next
 }
 
+// ExpiringAdmissions returns the sessions whose admission PlanWave would
+// release as never taken up (UnusedAdmissionTTL) on what sessions show.
+// The caller reads them again from the API server before planning: a
+// lagging cache may not show a request the session did issue, and
+// releasing its place would let the wave grow past its bound.
+func ExpiringAdmissions(wave []lullv1.WaveEntry, sessions []lullv1.Session, now time.Time) []string {
+	byName := map[string]*lullv1.Session{}
+	for i := range sessions {
+		byName[sessions[i].Name] = &sessions[i]
+	}
+	var out []string
+	for _, e := range wave {
+		if s := byName[e.Session]; s != nil && s.Status.DrainSequence < e.Sequence && now.Sub(e.AdmittedAt.Time) > UnusedAdmissionTTL {
+			out = append(out, e.Session)
+		}
+	}
+	return out
+}
+
 // settled: nothing of a move is outstanding and the session is Ready.
 func settled(s *lullv1.Session) bool {
 	return s.Status.Drain == nil && s.Status.Replacement == nil && meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionReady)
@@ -154,6 +173,11 @@ func hasConditionReason(s *lullv1.Session, typ, reason string) bool {
 
 // waitingForWave is the step of a stale session without a place.
 func waitingForWave(o Observed, current *lullv1.DrainRequest) Action {
+	if current != nil && current.Reason == lullv1.DrainReasonManual {
+		// The suspension it drained for was taken back: the runtime
+		// reopens while the session waits for its place.
+		current = nil
+	}
 	return Action{Kind: Wait, Reason: ReasonWaitingForWave, Drain: current,
 		Message: fmt.Sprintf("pod %s runs revision %s; waiting for a place in the template's rollout wave (maxUnavailable)", o.Pod.Name, PodRevision(o.Pod))}
 }

@@ -172,3 +172,11 @@ func TestMaxUnavailable(t *testing.T) {
 }
 
 func ptrIntOrString(v intstr.IntOrString) *intstr.IntOrString { return &v }
+
+func TestExpiringAdmissions(t *testing.T) {
+	sessions := []lullv1.Session{waveSession{name: "old", seq: 1}.session(), waveSession{name: "young", seq: 1}.session(), waveSession{name: "used", seq: 2}.session()}
+	wave := []lullv1.WaveEntry{entry("old", 2, UnusedAdmissionTTL+time.Second), entry("young", 2, time.Minute), entry("used", 2, UnusedAdmissionTTL+time.Second)}
+	if got := strings.Join(ExpiringAdmissions(wave, sessions, now), ","); got != "old" {
+		t.Errorf("expiring = %s, want old (young is within its TTL, used took its place up)", got)
+	}
+}

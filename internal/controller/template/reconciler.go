@@ -38,6 +38,9 @@ const MinWriteInterval = time.Second
 // Reconciler writes SessionTemplate status.
 type Reconciler struct {
 	Client client.Client
+	// APIReader reads sessions from the API server, not the cache, before
+	// a place in the wave is released as never taken up; nil means Client.
+	APIReader client.Reader
 	// Recorder records the template's Warning Events (the brake, a
 	// break-glass in force); nil records none.
 	Recorder recorder.EventRecorder
@@ -62,6 +65,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	now := r.now()
+	if err := r.refresh(ctx, list.Items, rollout.ExpiringAdmissions(t.Status.Wave, list.Items, now)); err != nil {
+		return ctrl.Result{}, err
+	}
 	next := Summarize(t, list.Items)
 	running := int(next.Sessions - next.Suspended)
 	brake := rollout.DecideBrake(t, next.Revision, list.Items, now)
@@ -150,6 +156,33 @@ func (r *Reconciler) recordTransitions(t *lullv1.SessionTemplate, before, after 
 	if c := meta.FindStatusCondition(after.Conditions, lullv1.ConditionBreakGlass); c != nil && c.Status == metav1.ConditionTrue && !was(c.Type, c.Reason) {
 		r.Recorder.Eventf(t, nil, corev1.EventTypeWarning, "BreakGlass", "ForceRollout", c.Message)
 	}
+}
+
+// refresh replaces the named sessions of list with their versions on the
+// API server.
+func (r *Reconciler) refresh(ctx context.Context, list []lullv1.Session, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	for i := range list {
+		if !want[list[i].Name] {
+			continue
+		}
+		var live lullv1.Session
+		if err := reader.Get(ctx, client.ObjectKeyFromObject(&list[i]), &live); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		list[i] = live
+	}
+	return nil
 }
 
 func (r *Reconciler) now() time.Time {

@@ -1,0 +1,31 @@
+package rollout
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+)
+
+// A revision whose pods the API server refuses (a PodSecurity level, a
+// quota, a webhook) leaves each session it reaches with no pod at all: the
+// old pod was drained and deleted, the StatefulSet cannot create the new
+// one. Such a session has failed on the update revision as surely as one
+// crash-looping, yet its status names no template revision, so the brake
+// never counts it and never pauses the rollout.
+func TestBrakeCountsASessionWhoseNewPodIsNeverCreated(t *testing.T) {
+	f := newFixture()
+	f.o.StatefulSet.Spec.Template.Labels = map[string]string{lullv1.LabelTemplateRevision: "tpl-new"}
+	f.o.Pod = nil
+	f.o.Session.Status.Conditions = []metav1.Condition{{Type: lullv1.ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonPodPending,
+		LastTransitionTime: metav1.NewTime(now.Add(-20 * time.Minute))}}
+	st := NextStatus(f.o, Decide(f.o))
+	s := *f.o.Session
+	s.Status = st
+	tpl := &lullv1.SessionTemplate{ObjectMeta: metav1.ObjectMeta{Name: "t"}}
+	if b := DecideBrake(tpl, "tpl-new", []lullv1.Session{s}, now); !b.Paused || len(b.Failing) != 1 {
+		t.Errorf("a session without a pod for 20 min on the update revision's StatefulSet does not trip the brake: paused=%v failing=%v (%s)", b.Paused, b.Failing, b.Message)
+	}
+}
