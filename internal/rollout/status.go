@@ -180,6 +180,11 @@ func Passing(o Observed, a Action) bool {
 	switch a.Reason {
 	case ReasonRevisionUnknown, ReasonPodTerminating, ReasonPodPending, ReasonStatefulSetPending:
 		return true
+	case ReasonWaitingForWave:
+		// The template controller admits a stale session by its revision,
+		// most often at once; only a session still waiting after the
+		// settle delay says so (one status write fewer per session).
+		return true
 	case ReasonSuspending:
 		return Replicas(o) == 0 // drained; the StatefulSet controller is removing the pod
 	case ReasonUpToDate:

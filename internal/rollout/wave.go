@@ -71,13 +71,17 @@ func Admitted(wave []lullv1.WaveEntry, s *lullv1.Session) bool {
 // PlanWave returns the template's next wave: the entries still held, then
 // as many waiting sessions as there is room for under max, in order (idle
 // first, then Ready the longest, then by name). sessions are the
-// template's sessions as the cache holds them.
+// template's sessions as the cache holds them. A session waits when its
+// status says so (WaitingForWave), or, when rev is given (the template's
+// revision; "" under Passive), when its pod runs another template revision
+// and nothing of a move is outstanding: a session admitted at once never
+// has to write that it waits.
 //
 // An entry is released when its session is gone or suspended, when the
 // session has issued the admitted request (drain sequence at least the
 // entry's) and is settled again (no drain request, no commitment, Ready),
 // or when it was never taken up within UnusedAdmissionTTL.
-func PlanWave(wave []lullv1.WaveEntry, sessions []lullv1.Session, max int, now time.Time) []lullv1.WaveEntry {
+func PlanWave(wave []lullv1.WaveEntry, sessions []lullv1.Session, max int, now time.Time, rev string) []lullv1.WaveEntry {
 	byName := map[string]*lullv1.Session{}
 	for i := range sessions {
 		byName[sessions[i].Name] = &sessions[i]
@@ -102,7 +106,11 @@ func PlanWave(wave []lullv1.WaveEntry, sessions []lullv1.Session, max int, now t
 	var waiting []*lullv1.Session
 	for i := range sessions {
 		s := &sessions[i]
-		if !held[s.Name] && !s.Spec.Suspend && s.DeletionTimestamp == nil && hasConditionReason(s, lullv1.ConditionUpToDate, ReasonWaitingForWave) {
+		if held[s.Name] || s.Spec.Suspend || s.DeletionTimestamp != nil {
+			continue
+		}
+		staleByRevision := rev != "" && s.Status.TemplateRevision != "" && s.Status.TemplateRevision != rev && settled(s)
+		if staleByRevision || hasConditionReason(s, lullv1.ConditionUpToDate, ReasonWaitingForWave) {
 			waiting = append(waiting, s)
 		}
 	}

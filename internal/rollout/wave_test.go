@@ -103,7 +103,7 @@ func TestPlanWave(t *testing.T) {
 			for _, w := range tc.sessions {
 				sessions = append(sessions, w.session())
 			}
-			got := PlanWave(tc.wave, sessions, tc.max, now)
+			got := PlanWave(tc.wave, sessions, tc.max, now, "")
 			if waveNames(got) != tc.want {
 				t.Errorf("wave = %s, want %s", waveNames(got), tc.want)
 			}
@@ -178,5 +178,21 @@ func TestExpiringAdmissions(t *testing.T) {
 	wave := []lullv1.WaveEntry{entry("old", 2, UnusedAdmissionTTL+time.Second), entry("young", 2, time.Minute), entry("used", 2, UnusedAdmissionTTL+time.Second)}
 	if got := strings.Join(ExpiringAdmissions(wave, sessions, now), ","); got != "old" {
 		t.Errorf("expiring = %s, want old (young is within its TTL, used took its place up)", got)
+	}
+}
+
+// A session whose pod runs an older template revision is admitted before
+// it writes that it waits; under Passive (no revision given) it is not.
+func TestPlanWaveAdmitsStaleSessionsByRevision(t *testing.T) {
+	stale := waveSession{name: "stale", ready: time.Hour}.session()
+	stale.Status.TemplateRevision = "old"
+	current := waveSession{name: "current", ready: time.Hour}.session()
+	current.Status.TemplateRevision = "new"
+	sessions := []lullv1.Session{stale, current}
+	if got := waveNames(PlanWave(nil, sessions, 5, now, "new")); got != "stale" {
+		t.Errorf("wave = %s, want stale", got)
+	}
+	if got := waveNames(PlanWave(nil, sessions, 5, now, "")); got != "" {
+		t.Errorf("under Passive: wave = %s, want none", got)
 	}
 }

@@ -75,7 +75,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if brake.Paused {
 		room = 0 // those moving finish; nobody starts
 	}
-	next.Wave = rollout.PlanWave(t.Status.Wave, list.Items, room, now)
+	admitByRevision := next.Revision
+	if rollout.EffectivePolicy(t, next.Revision).Strategy == lullv1.UpdateStrategyPassive {
+		admitByRevision = ""
+	}
+	next.Wave = rollout.PlanWave(t.Status.Wave, list.Items, room, now, admitByRevision)
 	r.drains.observe(req.NamespacedName, list.Items, now)
 	next.ExpectedCompletion = nil
 	if mean, ok := r.drains.meanOf(req.NamespacedName); ok && room > 0 && next.Stale > next.UpdatePending && rollout.EffectivePolicy(t, next.Revision).Strategy != lullv1.UpdateStrategyPassive {
