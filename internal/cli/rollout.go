@@ -85,12 +85,8 @@ when. Use it for security-critical updates.`,
 			if grace < 0 {
 				return fmt.Errorf("--grace %s must not be negative", grace)
 			}
-			c, ns, err := k.client()
+			c, ns, t, err := k.template(cmd.Context(), args[0])
 			if err != nil {
-				return err
-			}
-			t := &lullv1.SessionTemplate{}
-			if err := c.Get(cmd.Context(), types.NamespacedName{Namespace: ns, Name: args[0]}, t); err != nil {
 				return err
 			}
 			// The revision of the spec as it is now, which the status may
@@ -128,12 +124,8 @@ does not pause this revision's rollout again. (A rollout paused by hand,
 spec.updatePolicy.paused, resumes when that is set to false.)`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ns, err := k.client()
+			c, ns, t, err := k.template(cmd.Context(), args[0])
 			if err != nil {
-				return err
-			}
-			t := &lullv1.SessionTemplate{}
-			if err := c.Get(cmd.Context(), types.NamespacedName{Namespace: ns, Name: args[0]}, t); err != nil {
 				return err
 			}
 			rev := t.Status.PausedRevision
@@ -153,6 +145,19 @@ spec.updatePolicy.paused, resumes when that is set to false.)`,
 	}
 	k.bind(cmd)
 	return cmd
+}
+
+// template reads the SessionTemplate name of the namespace the flags say.
+func (k *kubeFlags) template(ctx context.Context, name string) (client.Client, string, *lullv1.SessionTemplate, error) {
+	c, ns, err := k.client()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	t := &lullv1.SessionTemplate{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, t); err != nil {
+		return nil, "", nil, err
+	}
+	return c, ns, t, nil
 }
 
 // whoAmI is the user the API server authenticates this client as
