@@ -233,6 +233,14 @@ func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.
 		if err := r.commit(ctx, o, a); err != nil {
 			return a, false, err
 		}
+		if o.Session.Spec.Suspend && a.Replacement != nil && a.Replacement.Reason == lullv1.ReplacementDrained {
+			// A suspension's drained pod is scaled away (Replicas is 0 from
+			// the commitment on), not deleted: a delete while the
+			// StatefulSet still wants one replica would only make it create
+			// a pod for nothing.
+			a.Kind, a.Reason = rollout.Wait, rollout.ReasonSuspending
+			return a, true, nil
+		}
 		a.Kind = rollout.DeletePod
 		a, err := r.deletePod(ctx, o, a)
 		return a, true, err

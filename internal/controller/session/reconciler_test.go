@@ -341,6 +341,38 @@ func TestNestedStatusFieldsAreClearedOnce(t *testing.T) {
 	}
 }
 
+// A suspended session whose runtime drained is scaled to zero, never its
+// pod deleted: a delete while the StatefulSet still wants a replica would
+// make it create a new pod, which the next reconcile would then judge.
+func TestDrainedSuspensionScalesAwayWithoutADelete(t *testing.T) {
+	w := newWorld(t, interceptor.Funcs{}, func(s *lullv1.Session, pod *corev1.Pod) {
+		s.Spec.Suspend = true
+		s.Status.DrainSequence = 1
+		d := &lullv1.DrainRequest{RequestID: drain.RequestID(pod.UID, lullv1.DrainReasonManual, 1), PodUID: pod.UID,
+			Reason: lullv1.DrainReasonManual, Sequence: 1, RequestedAt: metav1.NewTime(t0)}
+		s.Status.Drain = d
+		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, RequestID: d.RequestID, State: lullv1.RuntimeDrained}
+	})
+	for range 3 {
+		if _, err := w.reconcile(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := w.session().Status.Replacement; c == nil || c.Reason != lullv1.ReplacementDrained {
+		t.Fatalf("replacement = %+v, want the drained pod committed", c)
+	}
+	if !w.podExists() {
+		t.Error("the drained pod was deleted; it must be scaled away")
+	}
+	sts := &appsv1.StatefulSet{}
+	if err := w.c.Get(context.Background(), w.key, sts); err != nil {
+		t.Fatal(err)
+	}
+	if sts.Spec.Replicas == nil || *sts.Spec.Replicas != 0 {
+		t.Errorf("StatefulSet replicas = %v, want 0", sts.Spec.Replicas)
+	}
+}
+
 // A session blocked by a refusal the controller cannot see the fix of (a
 // quota, a webhook) is retried with backoff; the condition names the next
 // try, and a reconcile caused by that write writes nothing.
