@@ -68,32 +68,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.refresh(ctx, list.Items, rollout.ExpiringAdmissions(t.Status.Wave, list.Items, now)); err != nil {
 		return ctrl.Result{}, err
 	}
-	next := Summarize(t, list.Items)
-	running := int(next.Sessions - next.Suspended)
-	brake := rollout.DecideBrake(t, next.Revision, list.Items, now)
-	room := rollout.MaxUnavailable(rollout.EffectivePolicy(t, next.Revision), running)
-	if brake.Paused {
-		room = 0 // those moving finish; nobody starts
-	}
-	admitByRevision := next.Revision
-	if rollout.EffectivePolicy(t, next.Revision).Strategy == lullv1.UpdateStrategyPassive {
-		admitByRevision = ""
-	}
-	next.Wave = rollout.PlanWave(t.Status.Wave, list.Items, room, now, admitByRevision)
 	r.drains.observe(req.NamespacedName, list.Items, now)
-	next.ExpectedCompletion = nil
-	if mean, ok := r.drains.meanOf(req.NamespacedName); ok && room > 0 && next.Stale > next.UpdatePending && rollout.EffectivePolicy(t, next.Revision).Strategy != lullv1.UpdateStrategyPassive {
-		var previous *time.Time
-		if p := t.Status.ExpectedCompletion; p != nil {
-			previous = &p.Time
-		}
-		eta := metav1.NewTime(rollout.ExpectedCompletion(int(next.Stale-next.UpdatePending), room, mean, now, previous))
-		next.ExpectedCompletion = &eta
-	}
-	next.PausedRevision = brake.PausedRevision
-	next.Failing = brake.Failing[:min(len(brake.Failing), 20)]
-	setPolicyConditions(t, &next, brake)
-	result := ctrl.Result{RequeueAfter: brake.RequeueAfter}
+	mean, measured := r.drains.meanOf(req.NamespacedName)
+	next, requeue := NextStatus(t, list.Items, now, mean, measured)
+	result := ctrl.Result{RequeueAfter: requeue}
 	if equality.Semantic.DeepEqual(t.Status, next) {
 		return result, nil
 	}
@@ -116,6 +94,40 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	r.recordTransitions(t, before, next)
 	return result, nil
+}
+
+// NextStatus is the template's status from its sessions as seen at now:
+// the counts (Summarize), the brake, the next wave (at most maxUnavailable
+// of the effective policy, none while paused), the expected completion
+// from the mean move time when one was measured, and the conditions. It
+// returns when to look again for the brake's progress deadline.
+func NextStatus(t *lullv1.SessionTemplate, sessions []lullv1.Session, now time.Time, mean time.Duration, measured bool) (lullv1.SessionTemplateStatus, time.Duration) {
+	next := Summarize(t, sessions)
+	policy := rollout.EffectivePolicy(t, next.Revision)
+	brake := rollout.DecideBrake(t, next.Revision, sessions, now)
+	room := rollout.MaxUnavailable(policy, int(next.Sessions-next.Suspended))
+	if brake.Paused {
+		room = 0 // those moving finish; nobody starts
+	}
+	passive := policy.Strategy == lullv1.UpdateStrategyPassive
+	admitByRevision := next.Revision
+	if passive {
+		admitByRevision = ""
+	}
+	next.Wave = rollout.PlanWave(t.Status.Wave, sessions, room, now, admitByRevision)
+	next.ExpectedCompletion = nil
+	if moving := int(next.Stale - next.UpdatePending); measured && room > 0 && moving > 0 && !passive {
+		var previous *time.Time
+		if p := t.Status.ExpectedCompletion; p != nil {
+			previous = &p.Time
+		}
+		eta := metav1.NewTime(rollout.ExpectedCompletion(moving, room, mean, now, previous))
+		next.ExpectedCompletion = &eta
+	}
+	next.PausedRevision = brake.PausedRevision
+	next.Failing = brake.Failing[:min(len(brake.Failing), 20)]
+	setPolicyConditions(t, &next, brake)
+	return next, brake.RequeueAfter
 }
 
 // setPolicyConditions sets RolloutPaused from the brake, and BreakGlass
