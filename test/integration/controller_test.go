@@ -289,17 +289,7 @@ func TestController(t *testing.T) {
 	deleted := t.Run("matching Drained report deletes the pod", func(t *testing.T) {
 		report(t, drained)
 		eventually(t, 10*time.Second, "pod is deleted", func(ctx context.Context) error {
-			p := &corev1.Pod{}
-			err := admin.Get(ctx, key(pod.Name), p)
-			switch {
-			case apierrors.IsNotFound(err):
-				return nil
-			case err != nil:
-				return err
-			case p.UID != pod.UID || p.DeletionTimestamp != nil:
-				return nil
-			}
-			return errors.New("pod still there")
+			return podGone(ctx, pod)
 		})
 		st := waitStatus(t, ns, s.Name, "the controller sees the pod gone", func(st lullv1.SessionStatus) bool {
 			return st.PodUID == "" && st.Phase == lullv1.SessionPending
@@ -490,4 +480,20 @@ func describe(st lullv1.SessionStatus) string {
 		fmt.Fprintf(&b, " %s=%s/%s", c.Type, c.Status, c.Reason)
 	}
 	return b.String()
+}
+
+// podGone returns nil once pod is deleted, being deleted, or replaced by a
+// pod of another UID under its name.
+func podGone(ctx context.Context, pod *corev1.Pod) error {
+	p := &corev1.Pod{}
+	err := admin.Get(ctx, client.ObjectKeyFromObject(pod), p)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	case p.UID != pod.UID || p.DeletionTimestamp != nil:
+		return nil
+	}
+	return errors.New("pod still there")
 }

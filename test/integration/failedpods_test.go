@@ -9,7 +9,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -43,17 +42,7 @@ func TestControllerFailedPods(t *testing.T) {
 	gone := func(t *testing.T, pod *corev1.Pod) time.Time {
 		t.Helper()
 		eventually(t, 20*time.Second, "pod "+string(pod.UID)+" is deleted", func(ctx context.Context) error {
-			p := &corev1.Pod{}
-			err := admin.Get(ctx, client.ObjectKeyFromObject(pod), p)
-			switch {
-			case apierrors.IsNotFound(err):
-				return nil
-			case err != nil:
-				return err
-			case p.UID != pod.UID || p.DeletionTimestamp != nil:
-				return nil
-			}
-			return errors.New("pod still there")
+			return podGone(ctx, pod)
 		})
 		return time.Now()
 	}
