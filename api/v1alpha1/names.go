@@ -44,6 +44,13 @@ const (
 	// operator has judged its failures acceptable.
 	AnnotationResumeRollout = "lull.dev/resume-rollout"
 
+	// AnnotationKeepAlive on a Session names an Idle drain request its
+	// user wants withdrawn (`lull resume` on a session being culled): the
+	// controller withdraws that request, unless its replacement is already
+	// committed, and restarts the idle clock. It counts as activity once
+	// per request ID.
+	AnnotationKeepAlive = "lull.dev/keep-alive"
+
 	// LabelSession is set on every object lull creates for a session,
 	// pods included; its value is the session name.
 	LabelSession = "lull.dev/session"

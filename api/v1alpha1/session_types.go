@@ -23,6 +23,11 @@ type SessionSpec struct {
 	// Suspend scales the session's pod to zero while keeping the session.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+
+	// Idle, when set, replaces the template's idle policy for this
+	// session (an empty idle: {} means never culled).
+	// +optional
+	Idle *IdlePolicy `json:"idle,omitempty"`
 }
 
 // SessionPhase is a one-word summary of a session; the conditions hold the
@@ -187,6 +192,16 @@ type RuntimeReport struct {
 	// ReportedAt is when the runtime wrote this report.
 	// +optional
 	ReportedAt *metav1.Time `json:"reportedAt,omitempty"`
+
+	// RefreshSeconds is how often the runtime rewrites its report even when
+	// nothing changed. A report the API server has not seen rewritten for
+	// twice that plus 10 seconds is stale: the session shows Active=Unknown,
+	// reason RuntimeNotReporting, and is never culled for idleness. 0 (an
+	// older runtime) means freshness cannot be judged: never culled.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	RefreshSeconds int32 `json:"refreshSeconds,omitempty"`
 }
 
 // SessionStatus is the controller's view of a session, plus the runtime's
@@ -259,6 +274,11 @@ type SessionStatus struct {
 	// +optional
 	LastFailedReplacementTime *metav1.Time `json:"lastFailedReplacementTime,omitempty"`
 
+	// Lifecycle is the session's idle clock and when it is culled or
+	// restarted if nothing changes.
+	// +optional
+	Lifecycle *LifecycleStatus `json:"lifecycle,omitempty"`
+
 	// Runtime is written by the session's runtime, never by the controller.
 	// +optional
 	Runtime *RuntimeReport `json:"runtime,omitempty"`
@@ -275,6 +295,10 @@ type SessionStatus struct {
 // +kubebuilder:printcolumn:name="UpToDate",type=string,JSONPath=`.status.conditions[?(@.type=="UpToDate")].status`
 // +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.status.runtime.state`
 // +kubebuilder:printcolumn:name="Turns",type=integer,JSONPath=`.status.runtime.activeTurns`
+// +kubebuilder:printcolumn:name="Idle",type=date,JSONPath=`.status.lifecycle.idleSince`
+// +kubebuilder:printcolumn:name="Cull",type=string,JSONPath=`.status.lifecycle.cullAction`
+// +kubebuilder:printcolumn:name="CullAt",type=string,JSONPath=`.status.lifecycle.cullAt`
+// +kubebuilder:printcolumn:name="Restart",type=string,JSONPath=`.status.lifecycle.lifetimeDeadline`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters: it names the session's StatefulSet, whose pods carry a revision label limited to 63"
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter): it names the session's Service"

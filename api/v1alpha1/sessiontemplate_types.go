@@ -234,6 +234,19 @@ type SessionTemplateSpec struct {
 	// BreakGlass forces the move to one revision (`lull rollout force`).
 	// +optional
 	BreakGlass *BreakGlass `json:"breakGlass,omitempty"`
+
+	// Idle culls idle sessions: drained first, then suspended or deleted.
+	// A Session's spec.idle replaces it. Omitted: never.
+	// +optional
+	Idle *IdlePolicy `json:"idle,omitempty"`
+
+	// MaxLifetime is the oldest a session's pod may get: older, it is
+	// drained (reason Lifetime) and replaced on the current revision,
+	// within the wave limit (maxUnavailable). The clock restarts with each
+	// new pod. Omitted or 0: never.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) == duration('0s') || duration(self) >= duration('1m')",message="spec.maxLifetime must be at least 1m (or 0 for never): a shorter lifetime would restart sessions faster than they start"
+	MaxLifetime *metav1.Duration `json:"maxLifetime,omitempty"`
 }
 
 // SessionTemplateStatus is what the controller observed of the template's
