@@ -290,13 +290,22 @@ type SessionTemplateStatus struct {
 	UpdatePending int32 `json:"updatePending"`
 
 	// ExpectedCompletion is when the rollout is expected to finish under
-	// its policy: the stale sessions in waves of maxUnavailable, each wave
-	// as long as the drains this controller has watched finish (their
-	// mean). Unset when nothing is stale, when no drain has been watched
-	// yet, under Passive (sessions move when replaced for another reason),
-	// and while paused.
+	// its policy. Under Drain and Replace: the stale sessions in waves of
+	// maxUnavailable, each wave as long as the drains this controller has
+	// watched finish (their mean); unset when no drain has been watched
+	// yet, and while paused. Under Passive: the latest, over the stale
+	// running sessions, of each one's earliest idle cull or lifetime
+	// deadline (Session status.lifecycle); unset while any stale session
+	// has neither (see WithoutDeadline). Unset when nothing is stale.
 	// +optional
 	ExpectedCompletion *metav1.Time `json:"expectedCompletion,omitempty"`
+
+	// WithoutDeadline is the number of stale running sessions that, under
+	// Passive, have no idle cull or lifetime deadline ahead (busy, or no
+	// idle policy and no maxLifetime): they move only when replaced for
+	// another reason, so no completion time can be given.
+	// +optional
+	WithoutDeadline int32 `json:"withoutDeadline,omitempty"`
 
 	// Suspended is the number of suspended sessions.
 	// +optional

@@ -16,6 +16,7 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/drain"
+	"lull.dev/lull/internal/lifecycle"
 )
 
 // Observed is everything Decide looks at. Nil StatefulSet or Pod means the
@@ -38,6 +39,11 @@ type Observed struct {
 	// Update drain request (see Admitted). Without it, a stale session
 	// waits (WaitingForWave) instead of issuing one.
 	Admitted bool
+	// Lifecycle is the session's idle policy and maximum lifetime.
+	Lifecycle lifecycle.Policy
+	// ReportWrittenAt is when the API server last saw status.runtime
+	// written; see lifecycle.Observed.
+	ReportWrittenAt time.Time
 	// PendingClaims describes, one line each, the session's
 	// PersistentVolumeClaims that keep its pod from starting (not created
 	// yet, or Pending with the last warning about them); read only while
@@ -62,6 +68,14 @@ const (
 	Commit Kind = "Commit"
 	// DeletePod: delete the pod with UID PodUID, with a UID precondition.
 	DeletePod Kind = "DeletePod"
+	// SuspendSession: set the Session's spec.suspend to true, with the
+	// resourceVersion of the Session this decision was made on as a
+	// precondition (an idle cull whose drain is committed).
+	SuspendSession Kind = "SuspendSession"
+	// DeleteSession: delete the Session, with its UID and the
+	// resourceVersion this decision was made on as preconditions, so a
+	// session that became active or was edited in between is kept.
+	DeleteSession Kind = "DeleteSession"
 )
 
 // Reasons are machine-readable CamelCase words used in conditions and Events.
@@ -94,6 +108,18 @@ const (
 	// ReasonDrainOverdue: the deadline passed and onDrainTimeout is Wait.
 	ReasonDrainOverdue   = "DrainOverdue"
 	ReasonDrainRequested = "DrainRequested"
+	// ReasonIdleCull: the session has been idle past its limit; it is
+	// drained (reason Idle), then suspended or deleted.
+	ReasonIdleCull = "IdleCull"
+	// ReasonIdleCullWithdrawn: activity during an idle drain (a turn, a
+	// Bump, lull resume) withdrew it; the session keeps running.
+	ReasonIdleCullWithdrawn = "IdleCullWithdrawn"
+	// ReasonLifetime: the pod has reached the template's maxLifetime; it
+	// is drained (reason Lifetime) and replaced.
+	ReasonLifetime = "Lifetime"
+	// ReasonRuntimeNotReporting: the runtime's report is older than its
+	// refresh bound (Active condition); the session is never culled.
+	ReasonRuntimeNotReporting = "RuntimeNotReporting"
 	ReasonDraining       = "Draining"
 	ReasonDrained        = "Drained"
 
@@ -174,11 +200,12 @@ type Action struct {
 func Decide(o Observed) Action {
 	s, pod := o.Session, o.Pod
 	current := s.Status.Drain
-	if a, ok := finishCommitted(o); ok {
+	j := Judge(o)
+	if a, ok := finishCommitted(o, j); ok {
 		return a
 	}
 	if s.Spec.Suspend {
-		return decideSuspend(o)
+		return decideSuspend(o, j)
 	}
 	if o.StatefulSet == nil {
 		return Action{Kind: Wait, Reason: ReasonStatefulSetPending, Message: "waiting for the StatefulSet to be created"}
@@ -196,7 +223,10 @@ func Decide(o Observed) Action {
 	}
 	update := sts.Status.UpdateRevision
 	if PodRevision(pod) == update {
-		return Action{Kind: Wait, Reason: ReasonUpToDate, Message: fmt.Sprintf("pod %s runs the update revision %s", pod.Name, update)}
+		if a, ok := decideLifecycle(o, j, false); ok {
+			return a
+		}
+		return Action{Kind: Wait, Reason: ReasonUpToDate, Message: upToDateMessage(pod, update)}
 	}
 
 	if a, ok := replaceUnserved(o, true); ok {
@@ -208,10 +238,14 @@ func Decide(o Observed) Action {
 		return Action{Kind: DeletePod, Reason: ReasonForced, PodUID: pod.UID, Drain: want,
 			Message: fmt.Sprintf("%s=%s: replacing stale pod %s without waiting for a drain", lullv1.AnnotationForceUpdate, force, pod.Name)}
 	}
-	if o.Policy.Strategy == lullv1.UpdateStrategyPassive && (current == nil || current.Reason == lullv1.DrainReasonUpdate || current.Reason == lullv1.DrainReasonManual) {
-		// An Update request left from another strategy, or the Manual
-		// request of a suspension taken back, is withdrawn: the runtime
-		// reopens. Its Drained report, if any, answers nothing.
+	if a, ok := decideLifecycle(o, j, true); ok {
+		return a
+	}
+	if o.Policy.Strategy == lullv1.UpdateStrategyPassive {
+		// An Update request left from another strategy, the Manual
+		// request of a suspension taken back, or a lifecycle request for
+		// an earlier pod is withdrawn: the runtime reopens. Its Drained
+		// report, if any, answers nothing.
 		return Action{Kind: Wait, Reason: ReasonUpdatePending,
 			Message: fmt.Sprintf("pod %s runs revision %s; the update to revision %s waits until the pod is replaced for another reason (strategy Passive)", pod.Name, PodRevision(pod), update)}
 	}
@@ -277,11 +311,14 @@ func deadlinePassed(o Observed) Action {
 // another controller may already have a delete of it in flight (a delete
 // held up in the network, an old leader waking up). Were the commitment
 // dropped, the runtime would reopen under that delete.
-func finishCommitted(o Observed) (Action, bool) {
+func finishCommitted(o Observed, j lifecycle.Judgement) (Action, bool) {
 	s, pod := o.Session, o.Pod
 	c := s.Status.Replacement
 	if c == nil || pod == nil || c.PodUID != pod.UID || pod.DeletionTimestamp != nil {
 		return Action{}, false
+	}
+	if a, ok := finishCull(o, j); ok {
+		return a, true
 	}
 	if c.Reason == lullv1.ReplacementDrained && s.Spec.Suspend {
 		// Replicas scales the StatefulSet to zero, which removes the pod;
@@ -416,11 +453,18 @@ func PodRevision(pod *corev1.Pod) string {
 // the replacement is committed and Replicas scales the StatefulSet to zero.
 // A pod that is failed or never started is committed and deleted as
 // committed and deleted; force-update "true" scales it away at once.
-func decideSuspend(o Observed) Action {
+func decideSuspend(o Observed, j lifecycle.Judgement) Action {
 	s, pod := o.Session, o.Pod
 	switch {
+	case pod == nil && j.CullDue && j.Status.CullAction == lullv1.IdleDelete:
+		return Action{Kind: DeleteSession, Reason: ReasonIdleCull,
+			Message: fmt.Sprintf("suspended session idle since %s, past idle.deleteAfter; deleting it", j.Status.IdleSince.UTC().Format(time.RFC3339))}
 	case pod == nil:
-		return Action{Kind: Wait, Reason: ReasonSuspended, Message: "session is suspended"}
+		a := Action{Kind: Wait, Reason: ReasonSuspended, Message: "session is suspended"}
+		if !j.NextCheck.IsZero() {
+			a.RequeueAfter = j.NextCheck.Sub(o.Now) + time.Second/10
+		}
+		return a
 	case pod.DeletionTimestamp != nil:
 		return terminating(o, "suspending: ")
 	case Replicas(o) == 0:
@@ -461,4 +505,8 @@ func Replicas(o Observed) int32 {
 		return 0
 	}
 	return 1
+}
+
+func upToDateMessage(pod *corev1.Pod, update string) string {
+	return fmt.Sprintf("pod %s runs the update revision %s", pod.Name, update)
 }

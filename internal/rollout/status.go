@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/lifecycle"
 )
 
 // NextStatus returns the controller's part of the session status once a has
@@ -103,13 +104,22 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 		set(lullv1.ConditionDraining, metav1.ConditionFalse, "NoDrainRequest", "no drain request is outstanding")
 	}
 
-	switch r := s.Status.Runtime; {
-	case r == nil || o.Pod == nil || r.PodUID != o.Pod.UID:
-		set(lullv1.ConditionActive, metav1.ConditionUnknown, "NoReport", "the runtime of the current pod has not reported")
-	case r.ActiveTurns > 0:
+	j := Judge(o)
+	st.Lifecycle = j.Status
+	switch r := s.Status.Runtime; j.State {
+	case lifecycle.NotReporting:
+		set(lullv1.ConditionActive, metav1.ConditionUnknown, ReasonRuntimeNotReporting,
+			fmt.Sprintf("the runtime of pod %s has not rewritten its report since %s (it promised every %ds); its last report said %d turn(s) active; "+
+				"the session is not culled while it does not report: check the runtime's logs and its RoleBinding lull-runtime-%s",
+				o.Pod.Name, j.StaleAt.Add(-lifecycle.StaleAfter(time.Duration(r.RefreshSeconds)*time.Second)).UTC().Format(time.RFC3339), r.RefreshSeconds, r.ActiveTurns, s.Name))
+	case lifecycle.Active:
 		set(lullv1.ConditionActive, metav1.ConditionTrue, "TurnsInFlight", fmt.Sprintf("%d turns in flight", r.ActiveTurns))
-	default:
+	case lifecycle.Idle:
 		set(lullv1.ConditionActive, metav1.ConditionFalse, "Idle", "no turn in flight")
+	case lifecycle.Unjudged:
+		set(lullv1.ConditionActive, metav1.ConditionFalse, "Idle", "no turn in flight; the runtime declares no report refresh interval, so it is never culled for idleness")
+	default:
+		set(lullv1.ConditionActive, metav1.ConditionUnknown, "NoReport", "the runtime of the current pod has not reported")
 	}
 
 	st.Phase = phase(o, a, st)
@@ -120,6 +130,24 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 // suspended.
 func setUpToDate(o Observed, a Action, set func(typ string, status metav1.ConditionStatus, reason, msg string)) {
 	switch a.Reason {
+	case ReasonIdleCull, ReasonIdleCullWithdrawn, ReasonLifetime:
+		// A lifecycle step says nothing of the revision: the Draining and
+		// Active conditions and status.lifecycle tell it.
+		update := ""
+		if o.StatefulSet != nil {
+			update = o.StatefulSet.Status.UpdateRevision
+		}
+		switch {
+		case o.Pod == nil || update == "":
+			set(lullv1.ConditionUpToDate, metav1.ConditionUnknown, a.Reason, a.Message)
+		case PodRevision(o.Pod) == update:
+			set(lullv1.ConditionUpToDate, metav1.ConditionTrue, ReasonUpToDate, upToDateMessage(o.Pod, update))
+		case o.Policy.Strategy == lullv1.UpdateStrategyPassive:
+			set(lullv1.ConditionUpToDate, metav1.ConditionFalse, ReasonUpdatePending,
+				fmt.Sprintf("pod %s runs revision %s; the update to revision %s waits until the pod is replaced (strategy Passive)", o.Pod.Name, PodRevision(o.Pod), update))
+		default:
+			set(lullv1.ConditionUpToDate, metav1.ConditionFalse, a.Reason, a.Message)
+		}
 	case ReasonUpToDate:
 		set(lullv1.ConditionUpToDate, metav1.ConditionTrue, a.Reason, a.Message)
 	case ReasonDrainRequested, ReasonDraining:

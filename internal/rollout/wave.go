@@ -63,7 +63,8 @@ func Admitted(wave []lullv1.WaveEntry, s *lullv1.Session) bool {
 			continue
 		}
 		next := s.Status.DrainSequence + 1
-		return e.Sequence == next || (e.Sequence <= s.Status.DrainSequence && s.Status.Drain != nil && s.Status.Drain.Reason == lullv1.DrainReasonUpdate)
+		d := s.Status.Drain
+		return e.Sequence == next || (e.Sequence <= s.Status.DrainSequence && d != nil && (d.Reason == lullv1.DrainReasonUpdate || d.Reason == lullv1.DrainReasonLifetime))
 	}
 	return false
 }
@@ -110,7 +111,7 @@ func PlanWave(wave []lullv1.WaveEntry, sessions []lullv1.Session, max int, now t
 			continue
 		}
 		staleByRevision := rev != "" && s.Status.TemplateRevision != "" && s.Status.TemplateRevision != rev && settled(s)
-		if staleByRevision || hasConditionReason(s, lullv1.ConditionUpToDate, ReasonWaitingForWave) {
+		if staleByRevision || LifetimeDue(s, now) || hasConditionReason(s, lullv1.ConditionUpToDate, ReasonWaitingForWave) {
 			waiting = append(waiting, s)
 		}
 	}
@@ -188,4 +189,28 @@ func waitingForWave(o Observed, current *lullv1.DrainRequest) Action {
 	}
 	return Action{Kind: Wait, Reason: ReasonWaitingForWave, Drain: current,
 		Message: fmt.Sprintf("pod %s runs revision %s; waiting for a place in the template's rollout wave (maxUnavailable)", o.Pod.Name, PodRevision(o.Pod))}
+}
+
+// LifetimeDue reports whether a running session's pod has reached its
+// maximum lifetime (status.lifecycle.lifetimeDeadline) and nothing of a move
+// is outstanding: it waits for a place in the wave to restart.
+func LifetimeDue(s *lullv1.Session, now time.Time) bool {
+	l := s.Status.Lifecycle
+	return l != nil && l.LifetimeDeadline != nil && !now.Before(l.LifetimeDeadline.Time) && settled(s)
+}
+
+// NextLifetimeDeadline returns the earliest lifetime deadline after now
+// among sessions, zero if none: when the wave must be looked at again.
+func NextLifetimeDeadline(sessions []lullv1.Session, now time.Time) time.Time {
+	var next time.Time
+	for i := range sessions {
+		l := sessions[i].Status.Lifecycle
+		if l == nil || l.LifetimeDeadline == nil || !l.LifetimeDeadline.After(now) {
+			continue
+		}
+		if next.IsZero() || l.LifetimeDeadline.Time.Before(next) {
+			next = l.LifetimeDeadline.Time
+		}
+	}
+	return next
 }

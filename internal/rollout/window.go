@@ -2,6 +2,10 @@ package rollout
 
 import (
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
 )
 
 // ExpectedCompletion estimates when a rollout finishes: the stale sessions
@@ -20,4 +24,41 @@ func ExpectedCompletion(stale, room int, mean time.Duration, now time.Time, prev
 		}
 	}
 	return eta
+}
+
+// PassiveCompletion estimates when a rollout under the Passive strategy
+// finishes: each running session not on revision rev moves at the earliest
+// of its idle cull (status.lifecycle.cullAt) and its pod's lifetime
+// deadline, so the rollout finishes at the latest of those. A stale session
+// with neither (busy, or no idle policy and no maxLifetime) moves only when
+// replaced for another reason: it is counted in unbounded, and the estimate
+// is zero while any such session remains. Lifetime restarts also wait for
+// a place in the wave, so the estimate is the earliest the rollout can
+// finish.
+func PassiveCompletion(sessions []lullv1.Session, rev string) (eta time.Time, unbounded int) {
+	for i := range sessions {
+		s := &sessions[i]
+		if s.Spec.Suspend || s.DeletionTimestamp != nil || s.Status.TemplateRevision == "" || s.Status.TemplateRevision == rev {
+			continue
+		}
+		var at time.Time
+		if l := s.Status.Lifecycle; l != nil {
+			for _, t := range []*metav1.Time{l.CullAt, l.LifetimeDeadline} {
+				if t != nil && (at.IsZero() || t.Time.Before(at)) {
+					at = t.Time
+				}
+			}
+		}
+		if at.IsZero() {
+			unbounded++
+			continue
+		}
+		if at.After(eta) {
+			eta = at
+		}
+	}
+	if unbounded > 0 {
+		return time.Time{}, unbounded
+	}
+	return eta, 0
 }

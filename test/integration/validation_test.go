@@ -276,6 +276,46 @@ func TestCRDValidation(t *testing.T) {
 			field: []string{"status.runtime.activeTurns"},
 		},
 		{
+			name:  "template with a negative idle.suspendAfter",
+			write: createRawSpec(ns, "negative-idle", `"idle":{"suspendAfter":"-1m"}`),
+			field: []string{"spec.idle.suspendAfter", "must not be negative"},
+		},
+		{
+			name:  "template with a malformed idle.deleteAfter",
+			write: createRawSpec(ns, "malformed-idle", `"idle":{"deleteAfter":"after lunch"}`),
+			field: []string{"spec.idle.deleteAfter"},
+		},
+		{
+			name:  "template whose idle.deleteAfter is shorter than suspendAfter",
+			write: createRawSpec(ns, "delete-before-suspend", `"idle":{"suspendAfter":"1h","deleteAfter":"30m"}`),
+			field: []string{"spec.idle", "deleteAfter must not be shorter than idle.suspendAfter"},
+		},
+		{
+			name:  "template with a maxLifetime under a minute",
+			write: createRawSpec(ns, "short-lifetime", `"maxLifetime":"30s"`),
+			field: []string{"spec.maxLifetime", "at least 1m"},
+		},
+		{
+			name:  "template with a negative maxLifetime",
+			write: createRawSpec(ns, "negative-lifetime", `"maxLifetime":"-2h"`),
+			field: []string{"spec.maxLifetime"},
+		},
+		{
+			name: "session whose idle.deleteAfter is shorter than suspendAfter",
+			write: func(ctx context.Context) error {
+				return admin.Patch(ctx, sessionRef(ns, existing.Name), mergePatch(`{"spec":{"idle":{"suspendAfter":"2h","deleteAfter":"1h"}}}`))
+			},
+			field: []string{"spec.idle", "deleteAfter must not be shorter"},
+		},
+		{
+			name: "status with a refresh interval over an hour",
+			write: func(ctx context.Context) error {
+				return admin.Status().Patch(ctx, sessionRef(ns, existing.Name), mergePatch(
+					`{"status":{"runtime":{"podUID":"p","state":"Serving","activeTurns":0,"refreshSeconds":7200}}}`))
+			},
+			field: []string{"status.runtime.refreshSeconds"},
+		},
+		{
 			name: "status with an unknown phase",
 			write: func(ctx context.Context) error {
 				return admin.Status().Patch(ctx, sessionRef(ns, existing.Name), mergePatch(`{"status":{"phase":"Dozing"}}`))
@@ -337,6 +377,21 @@ func TestCRDValidation(t *testing.T) {
 		}
 		if got.Spec.UpdatePolicy.Strategy != lullv1.UpdateStrategyDrain {
 			t.Errorf("minimal template: updatePolicy.strategy = %q, want the default %q", got.Spec.UpdatePolicy.Strategy, lullv1.UpdateStrategyDrain)
+		}
+		if got.Spec.Idle != nil || got.Spec.MaxLifetime != nil {
+			t.Errorf("minimal template: idle %+v, maxLifetime %v; want none injected (never culled)", got.Spec.Idle, got.Spec.MaxLifetime)
+		}
+	})
+
+	t.Run("lifecycle limits of zero mean never and are accepted", func(t *testing.T) {
+		if err := createRawSpec(ns, "zero-lifecycle", `"idle":{"suspendAfter":"0s","deleteAfter":"0s"},"maxLifetime":"0s"`)(t.Context()); err != nil {
+			t.Fatalf("zero limits: %v", err)
+		}
+		if err := createRawSpec(ns, "delete-only", `"idle":{"deleteAfter":"30m"},"maxLifetime":"24h"`)(t.Context()); err != nil {
+			t.Fatalf("deleteAfter without suspendAfter: %v", err)
+		}
+		if err := createRawSpec(ns, "suspend-then-delete", `"idle":{"suspendAfter":"30m","deleteAfter":"30m"}`)(t.Context()); err != nil {
+			t.Fatalf("deleteAfter equal to suspendAfter: %v", err)
 		}
 	})
 

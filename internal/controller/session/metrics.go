@@ -24,8 +24,14 @@ var (
 		Name: "lull_session_rollout_actions_total",
 		Help: "Rollout steps the controller carried out (RequestDrain, DeletePod), by reason.",
 	}, []string{"kind", "reason"})
+
+	// culls counts idle culls and lifetime restarts, by reason.
+	culls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lull_session_culls_total",
+		Help: "Idle culls completed (reason Suspend or Delete) and lifetime restarts begun (reason Lifetime).",
+	}, []string{"reason"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(statusWrites, actions, expiredTurns)
+	metrics.Registry.MustRegister(statusWrites, actions, expiredTurns, culls)
 }

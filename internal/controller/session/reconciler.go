@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/lifecycle"
 	"lull.dev/lull/internal/rollout"
 )
 
@@ -45,7 +46,7 @@ type Reconciler struct {
 	passing passingStates
 }
 
-// +kubebuilder:rbac:groups=lull.dev,resources=sessions,verbs=get;list;watch
+// +kubebuilder:rbac:groups=lull.dev,resources=sessions,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups=lull.dev,resources=sessions/status,verbs=get;patch;update
 // +kubebuilder:rbac:groups=lull.dev,resources=sessiontemplates,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
@@ -86,7 +87,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	o := rollout.Observed{Now: r.now(), Session: s, Policy: rollout.EffectivePolicy(t, TemplateRevision(t)), Pod: pod, Admitted: rollout.Admitted(t.Status.Wave, s)}
+	o := rollout.Observed{Now: r.now(), Session: s, Policy: rollout.EffectivePolicy(t, TemplateRevision(t)), Pod: pod, Admitted: rollout.Admitted(t.Status.Wave, s),
+		Lifecycle: lifecycle.PolicyFor(t, s), ReportWrittenAt: ReportWrittenAt(s)}
 	if o.PendingClaims, err = pendingClaims(ctx, r.reader(), s, t, pod); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -104,6 +106,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	result := ctrl.Result{RequeueAfter: a.RequeueAfter}
+	if next := rollout.Judge(o).NextCheck; !next.IsZero() {
+		// The clock alone changes the judgement then: a report goes stale,
+		// a cull or a lifetime deadline comes.
+		if wait := next.Sub(o.Now) + time.Second/10; result.RequeueAfter == 0 || wait < result.RequeueAfter {
+			result.RequeueAfter = wait
+		}
+	}
 	if committed {
 		return result, nil // the commit was this step's status write
 	}
@@ -119,9 +128,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	updated := meta.IsStatusConditionTrue(next.Conditions, lullv1.ConditionUpToDate) &&
 		!meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionUpToDate) && s.Status.UpdateRevision != ""
 	stuck := (a.Reason == rollout.ReasonPodStuckTerminating || a.Reason == rollout.ReasonDrainOverdue) && !hasConditionReason(s, lullv1.ConditionUpToDate, a.Reason)
+	notReporting := conditionReason(next.Conditions, lullv1.ConditionActive) == rollout.ReasonRuntimeNotReporting &&
+		!hasConditionReason(s, lullv1.ConditionActive, rollout.ReasonRuntimeNotReporting)
+	phaseBefore := s.Status.Phase
 	if err := r.writeStatus(ctx, s, next, a.Reason); err != nil {
 		return ctrl.Result{}, err
 	}
+	r.recordLifecycle(s, o.Pod, phaseBefore, next, a, notReporting)
 	switch {
 	case a.Kind == rollout.RequestDrain:
 		actions.WithLabelValues(string(a.Kind), a.Reason).Inc()
@@ -136,8 +149,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 func hasConditionReason(s *lullv1.Session, typ, reason string) bool {
-	c := meta.FindStatusCondition(s.Status.Conditions, typ)
-	return c != nil && c.Reason == reason
+	return conditionReason(s.Status.Conditions, typ) == reason
+}
+
+func conditionReason(conditions []metav1.Condition, typ string) string {
+	if c := meta.FindStatusCondition(conditions, typ); c != nil {
+		return c.Reason
+	}
+	return ""
 }
 
 // SettleDelay is how long a passing state (rollout.Passing) must last before
@@ -247,6 +266,10 @@ func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.
 	case rollout.DeletePod:
 		a, err := r.deletePod(ctx, o, a)
 		return a, false, err
+	case rollout.SuspendSession:
+		return r.suspendIdle(ctx, o, a)
+	case rollout.DeleteSession:
+		return r.deleteIdle(ctx, o, a)
 	}
 	return a, false, nil
 }

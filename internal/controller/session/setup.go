@@ -44,6 +44,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	if opts.MaxConcurrentReconciles == 0 {
 		opts.MaxConcurrentReconciles = 8
 	}
+	sessionStates.use(mgr.GetCache())
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("session").
 		For(&lullv1.Session{}, builder.WithPredicates(countExpiredTurns)).

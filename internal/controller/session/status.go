@@ -33,6 +33,7 @@ type controllerStatus struct {
 	Replacement               json.RawMessage     `json:"replacement"`
 	FailedReplacements        int32               `json:"failedReplacements"`
 	LastFailedReplacementTime *metav1.Time        `json:"lastFailedReplacementTime"`
+	Lifecycle                 json.RawMessage     `json:"lifecycle"`
 }
 
 func ownedPart(st lullv1.SessionStatus) controllerStatus {
@@ -43,6 +44,7 @@ func ownedPart(st lullv1.SessionStatus) controllerStatus {
 		Conditions: st.Conditions, Drain: wholeObject(st.Drain), DrainSequence: st.DrainSequence,
 		Replacement:        wholeObject(st.Replacement),
 		FailedReplacements: st.FailedReplacements, LastFailedReplacementTime: st.LastFailedReplacementTime,
+		Lifecycle: wholeObject(st.Lifecycle),
 	}
 }
 

@@ -124,10 +124,25 @@ func NextStatus(t *lullv1.SessionTemplate, sessions []lullv1.Session, now time.T
 		eta := metav1.NewTime(rollout.ExpectedCompletion(moving, room, mean, now, previous))
 		next.ExpectedCompletion = &eta
 	}
+	if passive && next.Stale > 0 {
+		eta, unbounded := rollout.PassiveCompletion(sessions, next.Revision)
+		next.WithoutDeadline = int32(unbounded)
+		if !eta.IsZero() {
+			at := metav1.NewTime(eta)
+			next.ExpectedCompletion = &at
+		}
+	}
 	next.PausedRevision = brake.PausedRevision
 	next.Failing = brake.Failing[:min(len(brake.Failing), 20)]
 	setPolicyConditions(t, &next, brake)
-	return next, brake.RequeueAfter
+	requeue := brake.RequeueAfter
+	if at := rollout.NextLifetimeDeadline(sessions, now); !at.IsZero() {
+		// A pod reaching its lifetime waits for a place in the wave.
+		if wait := at.Sub(now) + time.Second/10; requeue == 0 || wait < requeue {
+			requeue = wait
+		}
+	}
+	return next, requeue
 }
 
 // setPolicyConditions sets RolloutPaused from the brake, and BreakGlass

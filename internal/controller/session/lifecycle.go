@@ -1,0 +1,133 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/rollout"
+)
+
+// ReportWrittenAt returns when the API server last saw the session's
+// status.runtime written: the time of the managed-fields entry that owns
+// it. The API server stamps that time with its own clock whenever the
+// manager's write changes a field, so a runtime's clock, skewed or forged,
+// cannot keep its report fresh. Zero when no entry owns status.runtime.
+func ReportWrittenAt(s *lullv1.Session) time.Time {
+	var at time.Time
+	for _, mf := range s.ManagedFields {
+		if mf.Time == nil || mf.FieldsV1 == nil || !ownsRuntimeReport(mf.FieldsV1.Raw) {
+			continue
+		}
+		if mf.Time.After(at) {
+			at = mf.Time.Time
+		}
+	}
+	return at
+}
+
+func ownsRuntimeReport(raw []byte) bool {
+	if !bytes.Contains(raw, []byte(`"f:runtime"`)) {
+		return false
+	}
+	var fields struct {
+		Status map[string]json.RawMessage `json:"f:status"`
+	}
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return false
+	}
+	_, ok := fields.Status["f:runtime"]
+	return ok
+}
+
+// suspendIdle completes an idle cull by suspending the session: it sets
+// spec.suspend with the resourceVersion the decision was made on as a
+// precondition, so a session edited in between (resumed, its policy
+// changed) is looked at again instead. The suspension then scales the
+// committed pod away (rollout.Replicas).
+func (r *Reconciler) suspendIdle(ctx context.Context, o rollout.Observed, a rollout.Action) (rollout.Action, bool, error) {
+	s := o.Session
+	body, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": s.ResourceVersion},
+		"spec":     map[string]any{"suspend": true},
+	})
+	if err != nil {
+		return a, false, err
+	}
+	if err := r.Client.Patch(ctx, s, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return rollout.Action{Kind: rollout.Wait, Reason: a.Reason, Drain: a.Drain, Replacement: a.Replacement, RequeueAfter: time.Second}, true, nil
+		}
+		return a, false, fmt.Errorf("suspend idle session %s: %w", s.Name, err)
+	}
+	culls.WithLabelValues(string(lullv1.IdleSuspend)).Inc()
+	log.FromContext(ctx).Info("suspended idle session", "request", a.Drain.RequestID)
+	r.Recorder.Eventf(s, related(o.Pod), corev1.EventTypeNormal, "IdleSuspend", "Cull", a.Message)
+	return a, true, nil
+}
+
+// deleteIdle completes an idle cull by deleting the session, with its UID
+// and the resourceVersion the decision was made on as preconditions: a
+// session that became active (its runtime reported), was resumed or edited
+// in between is not deleted, and is looked at again.
+func (r *Reconciler) deleteIdle(ctx context.Context, o rollout.Observed, a rollout.Action) (rollout.Action, bool, error) {
+	s := o.Session
+	uid, rv := s.UID, s.ResourceVersion
+	err := r.Client.Delete(ctx, s, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+	switch {
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		log.FromContext(ctx).Info("idle session changed before its deletion; looking again", "resourceVersion", rv)
+		return rollout.Action{Kind: rollout.Wait, Reason: a.Reason, Drain: a.Drain, Replacement: a.Replacement, RequeueAfter: time.Second}, true, nil
+	case err != nil:
+		return a, false, fmt.Errorf("delete idle session %s: %w", s.Name, err)
+	}
+	culls.WithLabelValues(string(lullv1.IdleDelete)).Inc()
+	log.FromContext(ctx).Info("deleted idle session", "uid", uid, "resourceVersion", rv)
+	r.Recorder.Eventf(s, related(o.Pod), corev1.EventTypeNormal, "IdleDelete", "Cull", a.Message)
+	return a, true, nil
+}
+
+// recordLifecycle records the Events of a status write that moved the
+// session's lifecycle: one per suspension and per resume (the phase
+// changing to or from Suspended, which only one compare-and-swap write can
+// do), a withdrawn idle drain, a lifetime restart requested, and a runtime
+// that stopped reporting.
+func (r *Reconciler) recordLifecycle(s *lullv1.Session, pod *corev1.Pod, before lullv1.SessionPhase, next lullv1.SessionStatus, a rollout.Action, notReporting bool) {
+	switch {
+	case before != lullv1.SessionSuspended && next.Phase == lullv1.SessionSuspended:
+		r.Recorder.Eventf(s, nil, corev1.EventTypeNormal, "Suspended", "Suspend", "session suspended: its pod is gone, its workspace claims kept; `lull resume %s` resumes it", s.Name)
+	case before == lullv1.SessionSuspended && next.Phase != lullv1.SessionSuspended:
+		r.Recorder.Eventf(s, nil, corev1.EventTypeNormal, "Resumed", "Resume", "session resumed: a new pod starts on the update revision; its idle clock starts from the new pod's first report")
+	}
+	switch a.Reason {
+	case rollout.ReasonIdleCullWithdrawn:
+		r.Recorder.Eventf(s, related(pod), corev1.EventTypeNormal, a.Reason, "Cull", a.Message)
+	case rollout.ReasonLifetime:
+		if a.Kind == rollout.RequestDrain {
+			culls.WithLabelValues(string(lullv1.DrainReasonLifetime)).Inc()
+		}
+	}
+	if notReporting {
+		c := conditionMessage(next.Conditions, lullv1.ConditionActive)
+		r.Recorder.Eventf(s, related(pod), corev1.EventTypeWarning, rollout.ReasonRuntimeNotReporting, "Report", c)
+	}
+}
+
+func conditionMessage(conditions []metav1.Condition, typ string) string {
+	for _, c := range conditions {
+		if c.Type == typ {
+			return c.Message
+		}
+	}
+	return ""
+}

@@ -1,0 +1,250 @@
+// Package lifecycle judges, from what the controller observed of one
+// session, whether its runtime is active, idle or not reporting, since when
+// it has been idle, and when it is culled (suspended or deleted) or its pod
+// restarted for its maximum lifetime. Everything here is a pure function of
+// its inputs; package rollout turns the judgement into drain steps.
+//
+// The culler fails safe, learning from JupyterHub's idle culler and its
+// known misfires: only a fresh report of the current pod's runtime that no
+// turn is active makes a session idle (unknown is never idle); only real
+// work moves the idle clock (turns and the runtime's Bump, never probes or
+// lull's own reads); a lastActivity in the future counts as the moment it
+// was first seen, not as activity forever; a new pod starts a new clock; and
+// an omitted or zero limit means never, with no default injected.
+package lifecycle
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+)
+
+// Policy is a session's effective lifecycle policy; a zero duration means
+// never.
+type Policy struct {
+	SuspendAfter time.Duration
+	DeleteAfter  time.Duration
+	MaxLifetime  time.Duration
+}
+
+// PolicyFor returns the policy of session s of template t: the session's
+// spec.idle replaces the template's whole; maxLifetime is the template's.
+func PolicyFor(t *lullv1.SessionTemplate, s *lullv1.Session) Policy {
+	var p Policy
+	idle := t.Spec.Idle
+	if s.Spec.Idle != nil {
+		idle = s.Spec.Idle
+	}
+	if idle != nil {
+		p.SuspendAfter = positive(idle.SuspendAfter)
+		p.DeleteAfter = positive(idle.DeleteAfter)
+	}
+	p.MaxLifetime = positive(t.Spec.MaxLifetime)
+	return p
+}
+
+func positive(d *metav1.Duration) time.Duration {
+	if d == nil || d.Duration < 0 {
+		return 0
+	}
+	return d.Duration
+}
+
+// StaleSlack is added to twice a runtime's refresh interval to give the
+// time after which its report is stale: a rewrite may be retried with
+// backoff (up to 10 s) before it lands.
+const StaleSlack = 10 * time.Second
+
+// StaleAfter is how long after the API server last saw a report rewritten
+// that report is stale, for a runtime that rewrites it every refresh.
+func StaleAfter(refresh time.Duration) time.Duration { return 2*refresh + StaleSlack }
+
+// State is what the controller knows of a session's activity.
+type State string
+
+// The states.
+const (
+	// NoReport: the current pod's runtime has not reported.
+	NoReport State = "NoReport"
+	// NotReporting: the report is older than its refresh bound.
+	NotReporting State = "NotReporting"
+	// Unjudged: the runtime declares no refresh interval, so the
+	// freshness of its report cannot be judged: never culled.
+	Unjudged State = "Unjudged"
+	// Active: a fresh report says turns are active.
+	Active State = "Active"
+	// Idle: a fresh report says no turn is active.
+	Idle State = "Idle"
+	// Suspended: the session is suspended and its pod gone.
+	Suspended State = "Suspended"
+)
+
+// Observed is what Judge looks at.
+type Observed struct {
+	Now     time.Time
+	Policy  Policy
+	Session *lullv1.Session
+	// Pod is the session's pod, nil when it has none.
+	Pod *corev1.Pod
+	// ReportWrittenAt is when the API server last saw status.runtime
+	// written (the time of the managed-fields entry that owns it); zero if
+	// unknown, when the report's own reportedAt (no later than Now) is
+	// used.
+	ReportWrittenAt time.Time
+	// Woken: the session's user asked to keep it (lull.dev/keep-alive
+	// naming the outstanding Idle request): activity now.
+	Woken bool
+}
+
+// Judgement is Judge's answer.
+type Judgement struct {
+	State State
+	// Status is what status.lifecycle must hold; nil when there is nothing
+	// to say (no policy and no idle clock).
+	Status *lullv1.LifecycleStatus
+	// StaleAt is when the current report goes stale, zero if it cannot.
+	StaleAt time.Time
+	// CullDue: Status.CullAt has come; CullAction says what to do.
+	CullDue bool
+	// LifetimeDue: the pod has reached its maximum lifetime.
+	LifetimeDue bool
+	// NextCheck is the earliest future time at which the judgement
+	// changes by the clock alone (a report going stale, a cull, a
+	// lifetime deadline); zero if none.
+	NextCheck time.Time
+}
+
+// Judge returns the session's lifecycle judgement at o.Now.
+func Judge(o Observed) Judgement {
+	s, pod, now := o.Session, o.Pod, o.Now
+	prev := s.Status.Lifecycle
+	if prev == nil {
+		prev = &lullv1.LifecycleStatus{}
+	}
+	st := &lullv1.LifecycleStatus{}
+	var j Judgement
+
+	running := pod != nil && pod.DeletionTimestamp == nil
+	switch {
+	case s.Spec.Suspend && !running:
+		j.State = Suspended
+		// A suspended session stays idle: its clock runs on from when it
+		// went idle, or starts now if it was never judged idle.
+		st.IdlePodUID, st.IdleActivity = prev.IdlePodUID, prev.IdleActivity
+		st.IdleSince = prev.IdleSince
+		if st.IdleSince == nil {
+			st.IdleSince = stamp(now)
+		}
+	case !running:
+		j.State = NoReport
+	default:
+		j.State, j.StaleAt = report(o)
+		st.IdlePodUID = pod.UID
+		if j.State == Idle {
+			st.IdleActivity = s.Status.Runtime.LastActivity.DeepCopy()
+			st.IdleSince = idleSince(o, prev)
+		}
+		if !s.Spec.Suspend && o.Policy.MaxLifetime > 0 {
+			st.LifetimeDeadline = stamp(pod.CreationTimestamp.Add(o.Policy.MaxLifetime))
+			j.LifetimeDue = !now.Before(st.LifetimeDeadline.Time)
+		}
+	}
+
+	if st.IdleSince != nil && (j.State == Idle || j.State == Suspended) {
+		since := st.IdleSince.Time
+		switch {
+		case j.State == Idle && !s.Spec.Suspend && o.Policy.SuspendAfter > 0:
+			st.CullAction, st.CullAt = lullv1.IdleSuspend, stamp(since.Add(o.Policy.SuspendAfter))
+		case o.Policy.DeleteAfter > 0:
+			st.CullAction, st.CullAt = lullv1.IdleDelete, stamp(since.Add(o.Policy.DeleteAfter))
+		}
+		j.CullDue = st.CullAt != nil && !now.Before(st.CullAt.Time)
+	}
+
+	for _, t := range []*metav1.Time{st.CullAt, st.LifetimeDeadline} {
+		if t != nil && t.After(now) && (j.NextCheck.IsZero() || t.Time.Before(j.NextCheck)) {
+			j.NextCheck = t.Time
+		}
+	}
+	if !j.StaleAt.IsZero() && j.StaleAt.After(now) && (j.NextCheck.IsZero() || j.StaleAt.Before(j.NextCheck)) {
+		j.NextCheck = j.StaleAt
+	}
+	if *st != (lullv1.LifecycleStatus{}) {
+		j.Status = st
+	}
+	return j
+}
+
+// report judges the runtime report of the running pod: its state and when
+// it goes stale.
+func report(o Observed) (State, time.Time) {
+	r, pod := o.Session.Status.Runtime, o.Pod
+	switch {
+	case r == nil || r.PodUID != pod.UID:
+		return NoReport, time.Time{}
+	case r.RefreshSeconds <= 0:
+		if r.ActiveTurns > 0 {
+			return Active, time.Time{}
+		}
+		return Unjudged, time.Time{}
+	}
+	written := o.ReportWrittenAt
+	if written.IsZero() && r.ReportedAt != nil {
+		written = r.ReportedAt.Time
+	}
+	if written.After(o.Now) {
+		// A runtime's clock ahead of ours must not keep its report fresh.
+		written = o.Now
+	}
+	staleAt := written.Add(StaleAfter(time.Duration(r.RefreshSeconds) * time.Second))
+	switch {
+	case written.IsZero() || !o.Now.Before(staleAt):
+		return NotReporting, staleAt
+	case r.ActiveTurns > 0:
+		return Active, staleAt
+	}
+	return Idle, staleAt
+}
+
+// idleSince returns since when an idle running session has been idle,
+// given the lifecycle status last written (prev).
+func idleSince(o Observed, prev *lullv1.LifecycleStatus) *metav1.Time {
+	now, pod := o.Now, o.Pod
+	activity := o.Session.Status.Runtime.LastActivity
+	samePod := prev.IdlePodUID == pod.UID
+	switch {
+	case o.Woken:
+		return stamp(now)
+	case samePod && prev.IdleSince != nil && timeEqual(prev.IdleActivity, activity):
+		// Nothing happened since it was judged: the clock holds, even for
+		// a lastActivity in the future (first seen at prev.IdleSince).
+		return prev.IdleSince.DeepCopy()
+	case !samePod:
+		// The pod's first report: its clock starts now, whatever the
+		// runtime says about before (a previous pod's activity included).
+		return stamp(now)
+	case activity == nil || activity.After(now):
+		// No activity yet, or a time in the future (clock skew, forgery):
+		// counted as now, and held from now on while it stays the same.
+		return stamp(now)
+	case prev.IdleSince != nil && activity.Before(prev.IdleSince):
+		// Activity moved back: it cannot make the session idle for longer.
+		return prev.IdleSince.DeepCopy()
+	}
+	return activity.DeepCopy()
+}
+
+func stamp(t time.Time) *metav1.Time {
+	v := metav1.NewTime(t.Truncate(time.Second))
+	return &v
+}
+
+func timeEqual(a, b *metav1.Time) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return a.Equal(b)
+}

@@ -1,0 +1,178 @@
+package lifecycle
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+)
+
+var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+
+func at(d time.Duration) *metav1.Time { v := metav1.NewTime(t0.Add(d)); return &v }
+
+func pod(uid types.UID, created time.Duration) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "s-0", UID: uid, CreationTimestamp: *at(created)}}
+}
+
+// session returns a running session whose runtime in pod "p1" reported
+// turns active with lastActivity, refreshing every 10 s.
+func session(turns int32, lastActivity *metav1.Time) *lullv1.Session {
+	return &lullv1.Session{Status: lullv1.SessionStatus{Runtime: &lullv1.RuntimeReport{
+		PodUID: "p1", State: lullv1.RuntimeServing, ActiveTurns: turns, LastActivity: lastActivity, RefreshSeconds: 10,
+	}}}
+}
+
+func judge(s *lullv1.Session, p *corev1.Pod, now time.Duration, written time.Duration, policy Policy) Judgement {
+	return Judge(Observed{Now: t0.Add(now), Policy: policy, Session: s, Pod: p, ReportWrittenAt: t0.Add(written)})
+}
+
+var suspend5m = Policy{SuspendAfter: 5 * time.Minute}
+
+func TestBusySessionIsNeverIdle(t *testing.T) {
+	s := session(1, at(-time.Hour))
+	j := judge(s, pod("p1", -2*time.Hour), 0, -time.Second, suspend5m)
+	if j.State != Active || j.CullDue || j.Status == nil || j.Status.IdleSince != nil || j.Status.CullAt != nil {
+		t.Fatalf("a turn in flight for an hour with no activity: %+v %+v; want Active, no idle clock, no cull", j, j.Status)
+	}
+}
+
+func TestIdleClockStartsAtLastActivityAndCullsAfterTheLimit(t *testing.T) {
+	s := session(0, at(-10*time.Minute))
+	s.Status.Lifecycle = &lullv1.LifecycleStatus{IdlePodUID: "p1"} // judged before, while active
+	j := judge(s, pod("p1", -time.Hour), 0, -time.Second, suspend5m)
+	if j.State != Idle || !j.Status.IdleSince.Equal(at(-10*time.Minute)) || !j.CullDue || j.Status.CullAction != lullv1.IdleSuspend {
+		t.Fatalf("idle for 10m with suspendAfter 5m: %+v %+v; want Idle since the last activity, Suspend due", j, j.Status)
+	}
+	if !j.Status.CullAt.Equal(at(-5 * time.Minute)) {
+		t.Errorf("cullAt = %v, want idleSince + 5m", j.Status.CullAt)
+	}
+}
+
+func TestNewPodStartsANewIdleClock(t *testing.T) {
+	// After a resume the old pod's idle clock and lastActivity are
+	// ignored: the new pod's first idle report starts the clock now.
+	s := session(0, at(-3*time.Hour))
+	s.Status.Runtime.PodUID = "p2"
+	s.Status.Lifecycle = &lullv1.LifecycleStatus{IdlePodUID: "p1", IdleSince: at(-3 * time.Hour), IdleActivity: at(-3 * time.Hour)}
+	j := judge(s, pod("p2", -time.Minute), 0, -time.Second, suspend5m)
+	if !j.Status.IdleSince.Equal(at(0)) || j.CullDue || j.Status.IdlePodUID != "p2" {
+		t.Fatalf("new pod: %+v; want idleSince now, no cull due", j.Status)
+	}
+}
+
+func TestFutureLastActivityCountsAsFirstSeenAndHolds(t *testing.T) {
+	future := at(100 * 24 * time.Hour)
+	s := session(0, future)
+	s.Status.Lifecycle = &lullv1.LifecycleStatus{IdlePodUID: "p1"}
+	first := judge(s, pod("p1", -time.Hour), 0, -time.Second, suspend5m)
+	if !first.Status.IdleSince.Equal(at(0)) {
+		t.Fatalf("future lastActivity: idleSince %v, want now", first.Status.IdleSince)
+	}
+	// Written back, then judged six minutes later with the same report.
+	s.Status.Lifecycle = first.Status
+	later := judge(s, pod("p1", -time.Hour), 6*time.Minute, 6*time.Minute-time.Second, suspend5m)
+	if !later.Status.IdleSince.Equal(at(0)) || !later.CullDue {
+		t.Fatalf("six minutes on: %+v due=%v; a future lastActivity must not exempt the session", later.Status, later.CullDue)
+	}
+}
+
+func TestStaleReportIsNotIdle(t *testing.T) {
+	s := session(0, at(-time.Hour))
+	s.Status.Lifecycle = &lullv1.LifecycleStatus{IdlePodUID: "p1", IdleSince: at(-time.Hour), IdleActivity: at(-time.Hour)}
+	// Refresh 10 s: stale 30 s after the last write the API server saw.
+	j := judge(s, pod("p1", -2*time.Hour), 0, -31*time.Second, suspend5m)
+	if j.State != NotReporting || j.CullDue || j.Status.IdleSince != nil {
+		t.Fatalf("report last written 31s ago (refresh 10s): %+v %+v; want NotReporting, no idle clock, no cull", j, j.Status)
+	}
+	fresh := judge(s, pod("p1", -2*time.Hour), 0, -29*time.Second, suspend5m)
+	if fresh.State != Idle || !fresh.StaleAt.Equal(t0.Add(time.Second)) || !fresh.NextCheck.Equal(t0.Add(time.Second)) {
+		t.Fatalf("written 29s ago: %+v; want Idle, stale (and looked at again) in 1s", fresh)
+	}
+}
+
+func TestRuntimeClockAheadCannotKeepAReportFresh(t *testing.T) {
+	s := session(0, at(-time.Hour))
+	s.Status.Runtime.ReportedAt = at(time.Hour) // no managed-fields time: reportedAt is used, capped at now
+	j := Judge(Observed{Now: t0, Policy: suspend5m, Session: s, Pod: pod("p1", -2*time.Hour)})
+	if j.State != Idle || !j.StaleAt.Equal(t0.Add(30*time.Second)) {
+		t.Fatalf("reportedAt an hour ahead: %+v; want stale 30s after now at the latest", j)
+	}
+}
+
+func TestNoRefreshIntervalIsNeverCulled(t *testing.T) {
+	s := session(0, at(-time.Hour))
+	s.Status.Runtime.RefreshSeconds = 0
+	j := judge(s, pod("p1", -2*time.Hour), 0, 0, suspend5m)
+	if j.State != Unjudged || j.CullDue {
+		t.Fatalf("runtime without a refresh interval: %+v; want Unjudged, never culled", j)
+	}
+}
+
+func TestNoPolicyNeverCulls(t *testing.T) {
+	s := session(0, at(-100*time.Hour))
+	s.Status.Lifecycle = &lullv1.LifecycleStatus{IdlePodUID: "p1"}
+	j := judge(s, pod("p1", -200*time.Hour), 0, -time.Second, Policy{})
+	if j.CullDue || j.LifetimeDue || j.Status.CullAt != nil || j.Status.LifetimeDeadline != nil {
+		t.Fatalf("no policy: %+v %+v; want nothing due", j, j.Status)
+	}
+}
+
+func TestWokenRestartsTheClock(t *testing.T) {
+	s := session(0, at(-time.Hour))
+	s.Status.Lifecycle = &lullv1.LifecycleStatus{IdlePodUID: "p1", IdleSince: at(-time.Hour), IdleActivity: at(-time.Hour)}
+	j := Judge(Observed{Now: t0, Policy: suspend5m, Session: s, Pod: pod("p1", -2*time.Hour), ReportWrittenAt: t0, Woken: true})
+	if j.CullDue || !j.Status.IdleSince.Equal(at(0)) {
+		t.Fatalf("woken: %+v; want the clock restarted now", j.Status)
+	}
+}
+
+func TestSuspendedSessionIsDeletedAfterDeleteAfter(t *testing.T) {
+	s := session(0, nil)
+	s.Spec.Suspend = true
+	s.Status.Lifecycle = &lullv1.LifecycleStatus{IdlePodUID: "p1", IdleSince: at(-2 * time.Hour)}
+	p := Policy{SuspendAfter: 5 * time.Minute, DeleteAfter: time.Hour}
+	j := judge(s, nil, 0, 0, p)
+	if j.State != Suspended || !j.CullDue || j.Status.CullAction != lullv1.IdleDelete || !j.Status.CullAt.Equal(at(-time.Hour)) {
+		t.Fatalf("suspended, idle 2h, deleteAfter 1h: %+v %+v; want Delete due at idleSince+1h", j, j.Status)
+	}
+	// Suspended without an idle clock (suspended by hand while active):
+	// the clock starts when first seen suspended.
+	s.Status.Lifecycle = nil
+	j = judge(s, nil, 0, 0, p)
+	if j.CullDue || !j.Status.IdleSince.Equal(at(0)) || !j.Status.CullAt.Equal(at(time.Hour)) {
+		t.Fatalf("suspended, no clock: %+v; want idleSince now, delete in 1h", j.Status)
+	}
+}
+
+func TestLifetimeDeadlineFollowsThePod(t *testing.T) {
+	s := session(1, at(0))
+	p := Policy{MaxLifetime: time.Hour}
+	j := judge(s, pod("p1", -61*time.Minute), 0, 0, p)
+	if !j.LifetimeDue || !j.Status.LifetimeDeadline.Equal(at(-time.Minute)) {
+		t.Fatalf("pod 61m old, maxLifetime 1h: %+v; want due since a minute", j.Status)
+	}
+	j = judge(s, pod("p2", -time.Minute), 0, 0, p)
+	if j.LifetimeDue || !j.NextCheck.Equal(t0.Add(59*time.Minute)) {
+		t.Fatalf("new pod: %+v; want the clock restarted, next check at its deadline", j)
+	}
+}
+
+func TestSessionIdleReplacesTemplateIdle(t *testing.T) {
+	tpl := &lullv1.SessionTemplate{Spec: lullv1.SessionTemplateSpec{
+		Idle:        &lullv1.IdlePolicy{SuspendAfter: &metav1.Duration{Duration: time.Minute}},
+		MaxLifetime: &metav1.Duration{Duration: time.Hour},
+	}}
+	s := &lullv1.Session{}
+	if p := PolicyFor(tpl, s); p != (Policy{SuspendAfter: time.Minute, MaxLifetime: time.Hour}) {
+		t.Errorf("template policy: %+v", p)
+	}
+	s.Spec.Idle = &lullv1.IdlePolicy{}
+	if p := PolicyFor(tpl, s); p != (Policy{MaxLifetime: time.Hour}) {
+		t.Errorf("session idle {}: %+v; want never culled, lifetime kept", p)
+	}
+}

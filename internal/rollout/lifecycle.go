@@ -1,0 +1,129 @@
+package rollout
+
+import (
+	"fmt"
+	"time"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/drain"
+	"lull.dev/lull/internal/lifecycle"
+)
+
+// Judge returns the lifecycle judgement of the observed session (see
+// package lifecycle). The session's user has woken it when
+// lull.dev/keep-alive names its outstanding, uncommitted Idle request.
+func Judge(o Observed) lifecycle.Judgement {
+	s := o.Session
+	d, c := s.Status.Drain, s.Status.Replacement
+	woken := d != nil && d.Reason == lullv1.DrainReasonIdle && s.Annotations[lullv1.AnnotationKeepAlive] == d.RequestID &&
+		(c == nil || c.RequestID != d.RequestID)
+	return lifecycle.Judge(lifecycle.Observed{Now: o.Now, Policy: o.Lifecycle, Session: s, Pod: o.Pod,
+		ReportWrittenAt: o.ReportWrittenAt, Woken: woken})
+}
+
+// decideLifecycle returns the step of a running session's lifecycle, if it
+// has one: an idle cull (a drain with reason Idle, withdrawn again if the
+// session wakes before its replacement is committed) or a lifetime restart
+// (a drain with reason Lifetime, under a place in the wave). A drain
+// request of another reason for the pod goes first; a stale pod is
+// restarted for its lifetime only under Passive (other strategies replace
+// it anyway).
+func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, bool) {
+	s, pod, cur := o.Session, o.Pod, o.Session.Status.Drain
+	if cur != nil && cur.PodUID == pod.UID {
+		switch {
+		case cur.Reason == lullv1.DrainReasonIdle:
+			return idleDrain(o, j), true
+		case cur.Reason == lullv1.DrainReasonLifetime && j.LifetimeDue:
+			if drain.Answers(cur, s.Status.Runtime, pod.UID) {
+				return commitDrained(o, fmt.Sprintf("runtime of pod %s reported Drained for lifetime drain %s; replacing the pod", pod.Name, cur.RequestID)), true
+			}
+			return Action{Kind: Wait, Reason: ReasonLifetime, Drain: cur,
+				Message: fmt.Sprintf("pod %s reached its maximum lifetime at %s; waiting for its runtime to drain (request %s)", pod.Name, j.Status.LifetimeDeadline.UTC().Format(time.RFC3339), cur.RequestID)}, true
+		case cur.Reason != lullv1.DrainReasonLifetime:
+			return Action{}, false
+		}
+		// A lifetime drain whose lifetime is no longer due (maxLifetime
+		// raised or removed) is withdrawn by the caller's step.
+	}
+	switch {
+	case j.CullDue:
+		r := newRequest(s.Status, pod.UID, lullv1.DrainReasonIdle, o.Now)
+		return Action{Kind: RequestDrain, Reason: ReasonIdleCull, Drain: r,
+			Message: fmt.Sprintf("session idle since %s; asked the runtime of pod %s to drain before the session is %s (request %s)",
+				j.Status.IdleSince.UTC().Format(time.RFC3339), pod.Name, culled(j.Status.CullAction), r.RequestID)}, true
+	case j.LifetimeDue && (!stale || o.Policy.Strategy == lullv1.UpdateStrategyPassive):
+		deadline := j.Status.LifetimeDeadline.UTC().Format(time.RFC3339)
+		if !o.Admitted {
+			return Action{Kind: Wait, Reason: ReasonLifetime,
+				Message: fmt.Sprintf("pod %s reached its maximum lifetime at %s; waiting for a place in the wave", pod.Name, deadline)}, true
+		}
+		r := newRequest(s.Status, pod.UID, lullv1.DrainReasonLifetime, o.Now)
+		return Action{Kind: RequestDrain, Reason: ReasonLifetime, Drain: r,
+			Message: fmt.Sprintf("pod %s reached its maximum lifetime at %s; asked its runtime to drain before it is replaced (request %s)", pod.Name, deadline, r.RequestID)}, true
+	}
+	return Action{}, false
+}
+
+// idleDrain is the step of a session with an Idle drain request for its
+// pod that is not committed: commit once the runtime answers Drained while
+// the session is still due for its cull; withdraw the request as soon as it
+// is not (a turn began, the runtime reported activity or stopped
+// reporting, its user resumed it, the policy changed).
+func idleDrain(o Observed, j lifecycle.Judgement) Action {
+	s, pod, cur := o.Session, o.Pod, o.Session.Status.Drain
+	if !j.CullDue {
+		return Action{Kind: Wait, Reason: ReasonIdleCullWithdrawn,
+			Message: fmt.Sprintf("withdrew idle drain %s of pod %s: %s; the session keeps running", cur.RequestID, pod.Name, woke(o, j))}
+	}
+	if drain.Answers(cur, s.Status.Runtime, pod.UID) {
+		return commitDrained(o, fmt.Sprintf("runtime of pod %s reported Drained for idle drain %s; the session is %s", pod.Name, cur.RequestID, culled(j.Status.CullAction)))
+	}
+	return Action{Kind: Wait, Reason: ReasonIdleCull, Drain: cur,
+		Message: fmt.Sprintf("session idle since %s; waiting for the runtime of pod %s to drain before it is %s (request %s)",
+			j.Status.IdleSince.UTC().Format(time.RFC3339), pod.Name, culled(j.Status.CullAction), cur.RequestID)}
+}
+
+// finishCull returns the step that completes an idle cull whose drain is
+// committed: suspend or delete the session. If the session is no longer due
+// for its cull (activity reached the API server after the commitment), its
+// committed pod is replaced and the session keeps running.
+func finishCull(o Observed, j lifecycle.Judgement) (Action, bool) {
+	s, c, d := o.Session, o.Session.Status.Replacement, o.Session.Status.Drain
+	if s.Spec.Suspend || c.Reason != lullv1.ReplacementDrained || d == nil || d.Reason != lullv1.DrainReasonIdle || d.RequestID != c.RequestID || !j.CullDue {
+		return Action{}, false
+	}
+	since := j.Status.IdleSince.UTC().Format(time.RFC3339)
+	switch j.Status.CullAction {
+	case lullv1.IdleSuspend:
+		return Action{Kind: SuspendSession, Reason: ReasonIdleCull, Drain: d, Replacement: c,
+			Message: fmt.Sprintf("idle since %s: runtime of pod %s drained (request %s); suspending the session, its workspace kept", since, o.Pod.Name, d.RequestID)}, true
+	case lullv1.IdleDelete:
+		return Action{Kind: DeleteSession, Reason: ReasonIdleCull, Drain: d, Replacement: c,
+			Message: fmt.Sprintf("idle since %s: runtime of pod %s drained (request %s); deleting the session", since, o.Pod.Name, d.RequestID)}, true
+	}
+	return Action{}, false
+}
+
+func culled(a lullv1.IdleAction) string {
+	if a == lullv1.IdleDelete {
+		return "deleted"
+	}
+	return "suspended"
+}
+
+// woke says why a session is no longer due for its idle cull.
+func woke(o Observed, j lifecycle.Judgement) string {
+	r := o.Session.Status.Runtime
+	switch {
+	case o.Session.Annotations[lullv1.AnnotationKeepAlive] == o.Session.Status.Drain.RequestID:
+		return "its user resumed it (" + lullv1.AnnotationKeepAlive + ")"
+	case j.State == lifecycle.Active:
+		return fmt.Sprintf("%d turn(s) active", r.ActiveTurns)
+	case j.State == lifecycle.NotReporting || j.State == lifecycle.NoReport || j.State == lifecycle.Unjudged:
+		return "its runtime is not reporting, so it cannot be judged idle"
+	case j.Status == nil || j.Status.CullAt == nil:
+		return "the idle policy no longer culls it"
+	}
+	return fmt.Sprintf("activity at %s; the session is idle again since then", j.Status.IdleSince.UTC().Format(time.RFC3339))
+}

@@ -1,0 +1,195 @@
+package rollout
+
+import (
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/drain"
+	"lull.dev/lull/internal/lifecycle"
+)
+
+// idleFixture is a current pod whose runtime has been idle for ten minutes
+// (judged idle before), under suspendAfter 5m, with a fresh report.
+func idleFixture() *fixture {
+	f := newFixture()
+	f.o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] = newRev
+	f.o.Pod.CreationTimestamp = metav1.NewTime(now.Add(-time.Hour))
+	last := metav1.NewTime(now.Add(-10 * time.Minute))
+	r := report(podUID, "", lullv1.RuntimeServing, 0)
+	r.LastActivity, r.RefreshSeconds = &last, 10
+	f.o.Session.Status.Runtime = r
+	f.o.Session.Status.Lifecycle = &lullv1.LifecycleStatus{IdlePodUID: podUID, IdleSince: &last, IdleActivity: &last}
+	f.o.ReportWrittenAt = now.Add(-time.Second)
+	f.o.Lifecycle = lifecycle.Policy{SuspendAfter: 5 * time.Minute}
+	return f
+}
+
+func idleRequest(uid types.UID, seq int64) *lullv1.DrainRequest {
+	return &lullv1.DrainRequest{RequestID: drain.RequestID(uid, lullv1.DrainReasonIdle, seq), PodUID: uid, Reason: lullv1.DrainReasonIdle,
+		Sequence: seq, RequestedAt: metav1.NewTime(now.Add(-time.Second))}
+}
+
+func TestIdleSessionIsDrainedThenSuspended(t *testing.T) {
+	f := idleFixture()
+	a := Decide(f.o)
+	if a.Kind != RequestDrain || a.Drain.Reason != lullv1.DrainReasonIdle || a.Drain.Sequence != 1 {
+		t.Fatalf("idle past suspendAfter: %s/%s %+v; want an Idle drain request with a new sequence", a.Kind, a.Reason, a.Drain)
+	}
+	req := idleRequest(podUID, 1)
+	outstanding(&f.o, req)
+	if a := Decide(f.o); a.Kind != Wait || a.Reason != ReasonIdleCull || a.Drain == nil {
+		t.Fatalf("idle drain outstanding, runtime Serving: %s/%s; want Wait/IdleCull keeping the request", a.Kind, a.Reason)
+	}
+	f.o.Session.Status.Runtime.State, f.o.Session.Status.Runtime.RequestID = lullv1.RuntimeDrained, req.RequestID
+	a = Decide(f.o)
+	if a.Kind != Commit || a.Replacement == nil || a.Replacement.RequestID != req.RequestID {
+		t.Fatalf("runtime Drained for the idle request: %s/%s; want Commit", a.Kind, a.Reason)
+	}
+	f.o.Session.Status.Replacement = a.Replacement
+	if a := Decide(f.o); a.Kind != SuspendSession || a.Drain == nil || a.Replacement == nil {
+		t.Fatalf("idle drain committed: %s/%s; want SuspendSession, request and commitment kept", a.Kind, a.Reason)
+	}
+	f.o.Lifecycle = lifecycle.Policy{DeleteAfter: 5 * time.Minute}
+	if a := Decide(f.o); a.Kind != DeleteSession {
+		t.Fatalf("idle drain committed under deleteAfter: %s/%s; want DeleteSession", a.Kind, a.Reason)
+	}
+}
+
+func TestBusySessionPastItsIdleLimitIsNotDrained(t *testing.T) {
+	f := idleFixture()
+	f.o.Session.Status.Runtime.ActiveTurns = 1
+	if a := Decide(f.o); a.Kind != Wait || a.Reason != ReasonUpToDate || a.Drain != nil {
+		t.Fatalf("a turn in flight: %s/%s; want Wait/UpToDate", a.Kind, a.Reason)
+	}
+}
+
+func TestActivityDuringIdleDrainWithdrawsIt(t *testing.T) {
+	for name, wake := range map[string]func(f *fixture){
+		"turn began":  func(f *fixture) { f.o.Session.Status.Runtime.ActiveTurns = 1 },
+		"activity":    func(f *fixture) { f.o.Session.Status.Runtime.LastActivity = &metav1.Time{Time: now} },
+		"stale":       func(f *fixture) { f.o.ReportWrittenAt = now.Add(-time.Minute) },
+		"keep-alive":  func(f *fixture) { f.o.Session.Annotations = map[string]string{lullv1.AnnotationKeepAlive: f.o.Session.Status.Drain.RequestID} },
+		"policy gone": func(f *fixture) { f.o.Lifecycle = lifecycle.Policy{} },
+	} {
+		f := idleFixture()
+		req := idleRequest(podUID, 1)
+		outstanding(&f.o, req)
+		f.o.Session.Status.Runtime.State, f.o.Session.Status.Runtime.RequestID = lullv1.RuntimeDrained, req.RequestID
+		wake(f)
+		a := Decide(f.o)
+		if a.Kind != Wait || a.Reason != ReasonIdleCullWithdrawn || a.Drain != nil {
+			t.Errorf("%s during the idle drain: %s/%s drain %+v; want the request withdrawn", name, a.Kind, a.Reason, a.Drain)
+		}
+		st := NextStatus(f.o, a)
+		if st.Drain != nil || st.Lifecycle == nil && name != "stale" && name != "policy gone" {
+			t.Errorf("%s: status drain %+v lifecycle %+v", name, st.Drain, st.Lifecycle)
+		}
+	}
+}
+
+func TestKeepAliveRestartsTheIdleClock(t *testing.T) {
+	f := idleFixture()
+	outstanding(&f.o, idleRequest(podUID, 1))
+	f.o.Session.Annotations = map[string]string{lullv1.AnnotationKeepAlive: f.o.Session.Status.Drain.RequestID}
+	st := NextStatus(f.o, Decide(f.o))
+	if st.Lifecycle == nil || !st.Lifecycle.IdleSince.Time.Equal(now) {
+		t.Fatalf("keep-alive: lifecycle %+v; want idleSince now", st.Lifecycle)
+	}
+	// Written back: the request is gone, and the clock holds from then.
+	f.o.Session.Status = st
+	f.o.Now = now.Add(time.Minute)
+	if a := Decide(f.o); a.Kind != Wait || a.Reason != ReasonUpToDate {
+		t.Fatalf("a minute after keep-alive: %s/%s; want no cull", a.Kind, a.Reason)
+	}
+}
+
+func TestCommittedIdleCullOfAWokenSessionRestartsThePod(t *testing.T) {
+	f := idleFixture()
+	req := idleRequest(podUID, 1)
+	outstanding(&f.o, req)
+	f.o.Session.Status.Replacement = committed(podUID, lullv1.ReplacementDrained, req.RequestID)
+	f.o.Session.Status.Runtime.LastActivity = &metav1.Time{Time: now} // reported after the commitment
+	if a := Decide(f.o); a.Kind != DeletePod || a.Replacement == nil {
+		t.Fatalf("committed, then activity: %s/%s; want the committed pod replaced, the session kept", a.Kind, a.Reason)
+	}
+}
+
+func TestSuspendedIdleSessionIsDeletedAfterDeleteAfter(t *testing.T) {
+	f := idleFixture()
+	f.o.Pod = nil
+	f.o.Session.Spec.Suspend = true
+	f.o.Lifecycle = lifecycle.Policy{SuspendAfter: time.Minute, DeleteAfter: 5 * time.Minute}
+	if a := Decide(f.o); a.Kind != DeleteSession {
+		t.Fatalf("suspended, idle 10m, deleteAfter 5m: %s/%s; want DeleteSession", a.Kind, a.Reason)
+	}
+	f.o.Lifecycle.DeleteAfter = time.Hour
+	a := Decide(f.o)
+	if a.Kind != Wait || a.Reason != ReasonSuspended || a.RequeueAfter < 49*time.Minute || a.RequeueAfter > 51*time.Minute {
+		t.Fatalf("deleteAfter 1h: %s/%s requeue %s; want Wait/Suspended, looked at again at the cull time", a.Kind, a.Reason, a.RequeueAfter)
+	}
+}
+
+func TestLifetimeRestartDrainsWithinTheWave(t *testing.T) {
+	f := idleFixture()
+	f.o.Lifecycle = lifecycle.Policy{MaxLifetime: 30 * time.Minute}
+	f.o.Session.Status.Runtime.ActiveTurns = 2
+	f.o.Admitted = false
+	if a := Decide(f.o); a.Kind != Wait || a.Reason != ReasonLifetime || a.Drain != nil {
+		t.Fatalf("past maxLifetime, no place in the wave: %s/%s; want Wait/Lifetime", a.Kind, a.Reason)
+	}
+	f.o.Admitted = true
+	a := Decide(f.o)
+	if a.Kind != RequestDrain || a.Drain.Reason != lullv1.DrainReasonLifetime {
+		t.Fatalf("admitted: %s/%s; want a Lifetime drain request", a.Kind, a.Reason)
+	}
+	outstanding(&f.o, a.Drain)
+	if a := Decide(f.o); a.Kind != Wait || a.Drain == nil {
+		t.Fatalf("lifetime drain, turns in flight: %s/%s; want Wait keeping the request", a.Kind, a.Reason)
+	}
+	f.o.Session.Status.Runtime.State, f.o.Session.Status.Runtime.RequestID, f.o.Session.Status.Runtime.ActiveTurns = lullv1.RuntimeDrained, a.Drain.RequestID, 0
+	if a := Decide(f.o); a.Kind != Commit {
+		t.Fatalf("drained for the lifetime request: %s/%s; want Commit (then the pod is deleted)", a.Kind, a.Reason)
+	}
+	if !Admitted([]lullv1.WaveEntry{{Session: "s", Sequence: 1}}, f.o.Session) {
+		t.Error("a session draining under its lifetime place must stay admitted")
+	}
+}
+
+func TestPassiveStaleSessionConvergesThroughIdleCull(t *testing.T) {
+	f := idleFixture()
+	f.o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] = oldRev
+	f.o.Policy = lullv1.UpdatePolicy{Strategy: lullv1.UpdateStrategyPassive}
+	a := Decide(f.o)
+	if a.Kind != RequestDrain || a.Drain.Reason != lullv1.DrainReasonIdle {
+		t.Fatalf("Passive, stale and idle past its limit: %s/%s; want an Idle drain", a.Kind, a.Reason)
+	}
+	st := NextStatus(f.o, a)
+	if c := findCondition(st.Conditions, lullv1.ConditionUpToDate); c == nil || c.Reason != ReasonUpdatePending {
+		t.Errorf("UpToDate during the idle drain: %+v; want UpdatePending", c)
+	}
+}
+
+func TestNotReportingSetsActiveUnknown(t *testing.T) {
+	f := idleFixture()
+	f.o.ReportWrittenAt = now.Add(-10 * time.Minute)
+	a := Decide(f.o)
+	st := NextStatus(f.o, a)
+	c := findCondition(st.Conditions, lullv1.ConditionActive)
+	if a.Kind != Wait || c == nil || c.Status != metav1.ConditionUnknown || c.Reason != ReasonRuntimeNotReporting {
+		t.Fatalf("report 10m old: %s/%s Active %+v; want no cull, Active=Unknown RuntimeNotReporting", a.Kind, a.Reason, c)
+	}
+}
+
+func findCondition(cs []metav1.Condition, typ string) *metav1.Condition {
+	for i := range cs {
+		if cs[i].Type == typ {
+			return &cs[i]
+		}
+	}
+	return nil
+}
