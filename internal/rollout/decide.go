@@ -120,8 +120,8 @@ const (
 	// ReasonRuntimeNotReporting: the runtime's report is older than its
 	// refresh bound (Active condition); the session is never culled.
 	ReasonRuntimeNotReporting = "RuntimeNotReporting"
-	ReasonDraining       = "Draining"
-	ReasonDrained        = "Drained"
+	ReasonDraining            = "Draining"
+	ReasonDrained             = "Drained"
 
 	// Reasons of a session lull cannot move on its own (see Blocked).
 	ReasonTemplateNotFound = "TemplateNotFound"

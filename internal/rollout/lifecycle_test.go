@@ -70,10 +70,12 @@ func TestBusySessionPastItsIdleLimitIsNotDrained(t *testing.T) {
 
 func TestActivityDuringIdleDrainWithdrawsIt(t *testing.T) {
 	for name, wake := range map[string]func(f *fixture){
-		"turn began":  func(f *fixture) { f.o.Session.Status.Runtime.ActiveTurns = 1 },
-		"activity":    func(f *fixture) { f.o.Session.Status.Runtime.LastActivity = &metav1.Time{Time: now} },
-		"stale":       func(f *fixture) { f.o.ReportWrittenAt = now.Add(-time.Minute) },
-		"keep-alive":  func(f *fixture) { f.o.Session.Annotations = map[string]string{lullv1.AnnotationKeepAlive: f.o.Session.Status.Drain.RequestID} },
+		"turn began": func(f *fixture) { f.o.Session.Status.Runtime.ActiveTurns = 1 },
+		"activity":   func(f *fixture) { f.o.Session.Status.Runtime.LastActivity = &metav1.Time{Time: now} },
+		"stale":      func(f *fixture) { f.o.ReportWrittenAt = now.Add(-time.Minute) },
+		"keep-alive": func(f *fixture) {
+			f.o.Session.Annotations = map[string]string{lullv1.AnnotationKeepAlive: f.o.Session.Status.Drain.RequestID}
+		},
 		"policy gone": func(f *fixture) { f.o.Lifecycle = lifecycle.Policy{} },
 	} {
 		f := idleFixture()
