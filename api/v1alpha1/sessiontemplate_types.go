@@ -163,6 +163,15 @@ type AgentSpec struct {
 	// Resources of the sidecar container.
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// ReportRefresh is how often the agent rewrites the runtime's report
+	// even when nothing changed (`lull agent --report-refresh`); the
+	// controller deems a report stale after twice that plus 10 s and then
+	// never culls the session. Omitted: 60s. Shorter finds a hung runtime
+	// sooner and costs one status write per session per refresh.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('1h')",message="spec.agent.reportRefresh must be between 1s and 1h"
+	ReportRefresh *metav1.Duration `json:"reportRefresh,omitempty"`
 }
 
 // WaveEntry is a session admitted to the rollout's wave: it may issue the

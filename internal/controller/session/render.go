@@ -149,7 +149,7 @@ func agentContainer(s *lullv1.Session, a *lullv1.AgentSpec) corev1.Container {
 		Name:          lullv1.AgentContainerName,
 		Image:         image,
 		Command:       []string{"lull", "agent"},
-		Args:          []string{"--listen=unix://" + lullv1.AgentSocketPath, "--socket-mode=0666", "--state-file=" + lullv1.AgentStateFile},
+		Args:          agentArgs(a),
 		Env:           lullEnv(s),
 		Resources:     a.Resources,
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
@@ -298,4 +298,13 @@ func hash(v any) string {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])[:16]
+}
+
+// agentArgs is the agent sidecar's command line.
+func agentArgs(a *lullv1.AgentSpec) []string {
+	args := []string{"--listen=unix://" + lullv1.AgentSocketPath, "--socket-mode=0666", "--state-file=" + lullv1.AgentStateFile}
+	if a.ReportRefresh != nil {
+		args = append(args, "--report-refresh="+a.ReportRefresh.Duration.String())
+	}
+	return args
 }
