@@ -14,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
 )
 
 // EnvDevMounts names the variable that lists, one "mountPath=hostDir" per
@@ -210,4 +212,12 @@ func mountAt(s string, i int, mounts []mount) (mount, bool) {
 func isPathByte(b byte) bool {
 	return b >= 0x80 || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' ||
 		strings.IndexByte("/._-~+@%", b) >= 0
+}
+
+// AgentSocket returns the host path of the agent sidecar's socket in the
+// pod with the given UID: where a local client (a test, `lull dev`) reaches
+// the agent's HTTP API, as a container in the pod would at
+// lullv1.AgentSocketPath.
+func (r *Runner) AgentSocket(uid types.UID) string {
+	return filepath.Join(r.volumeDir(uid), lullv1.AgentSocketVolume, filepath.Base(lullv1.AgentSocketPath))
 }

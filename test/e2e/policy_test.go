@@ -198,7 +198,7 @@ func watchWave(t *testing.T, ns string) *waveWatcher {
 			if !ok {
 				continue
 			}
-			moving := !s.Spec.Suspend && ((s.Status.Drain != nil && s.Status.Drain.Reason == lullv1.DrainReasonUpdate) || s.Status.Replacement != nil ||
+			moving := !s.Spec.Suspend && ((s.Status.Drain != nil && (s.Status.Drain.Reason == lullv1.DrainReasonUpdate || s.Status.Drain.Reason == lullv1.DrainReasonLifetime)) || s.Status.Replacement != nil ||
 				!meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionReady))
 			ww.mu.Lock()
 			ww.moving[s.Name] = moving && ev.Type != watch.Deleted
