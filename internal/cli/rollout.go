@@ -191,6 +191,9 @@ func printPolicy(out io.Writer, t *lullv1.SessionTemplate, maxUnavailable int) {
 		fmt.Fprintf(out, "; expected to finish in %s (%s)", time.Until(e.Time).Round(time.Second), e.UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintln(out)
+	if st.WithoutDeadline > 0 {
+		fmt.Fprintf(out, "  %d stale session(s) have no idle cull or lifetime deadline ahead: they move only when replaced for another reason (see docs/lifecycle.md)\n", st.WithoutDeadline)
+	}
 	fmt.Fprintf(out, "  wave: %d of %d moving", len(st.Wave), maxUnavailable)
 	if p := t.Spec.UpdatePolicy.DrainTimeout; p != nil {
 		fmt.Fprintf(out, "; drainTimeout %s then %s", p.Duration, t.Spec.UpdatePolicy.OnDrainTimeout)
