@@ -143,6 +143,11 @@ func Judge(o Observed) Judgement {
 	default:
 		j.State, j.StaleAt = report(o)
 		st.IdlePodUID = pod.UID
+		if j.State == NoReport {
+			// Until the pod's runtime reports, the clock of the pod
+			// judged last is kept: the first report starts this pod's.
+			st.IdlePodUID = prev.IdlePodUID
+		}
 		if j.State == Idle {
 			st.IdleActivity = s.Status.Runtime.LastActivity.DeepCopy()
 			st.IdleSince = idleSince(o, prev)

@@ -176,3 +176,22 @@ func TestSessionIdleReplacesTemplateIdle(t *testing.T) {
 		t.Errorf("session idle {}: %+v; want never culled, lifetime kept", p)
 	}
 }
+
+// A new pod whose runtime has not reported yet does not take over the
+// clock: its first report, idle with a lastActivity from before (a turn
+// restored from an earlier pod), still starts the clock then.
+func TestFirstReportOfANewPodStartsTheClockEvenAfterNoReport(t *testing.T) {
+	s := session(0, nil)
+	s.Status.Runtime.PodUID = "p1" // the old pod's report
+	s.Status.Lifecycle = &lullv1.LifecycleStatus{IdlePodUID: "p1", IdleSince: at(-time.Hour)}
+	j := judge(s, pod("p2", -time.Minute), 0, -time.Second, suspend5m)
+	if j.State != NoReport || j.Status == nil || j.Status.IdlePodUID != "p1" || j.Status.IdleSince != nil {
+		t.Fatalf("new pod, no report yet: %+v %+v; want NoReport, no clock, the judged pod kept", j, j.Status)
+	}
+	s.Status.Lifecycle = j.Status
+	s.Status.Runtime = &lullv1.RuntimeReport{PodUID: "p2", State: lullv1.RuntimeServing, LastActivity: at(-2 * time.Hour), RefreshSeconds: 10}
+	j = judge(s, pod("p2", -time.Minute), time.Second, 0, suspend5m)
+	if !j.Status.IdleSince.Equal(at(time.Second)) || j.CullDue {
+		t.Fatalf("first report of the new pod: %+v; want idleSince now, not the earlier activity", j.Status)
+	}
+}
