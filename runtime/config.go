@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -33,13 +34,56 @@ type Config struct {
 	REST *rest.Config
 	// Logger receives the runtime's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// ReportRefresh is how often the runtime rewrites its report in
+	// status.runtime when nothing changed (LULL_REPORT_REFRESH): the
+	// controller judges a report it has not seen rewritten for twice this
+	// plus 10 seconds stale, and never culls an idle session on a stale
+	// report. Every report carries it, rounded up to whole seconds, as
+	// RefreshSeconds. Zero means DefaultReportRefresh; otherwise it must
+	// lie between MinReportRefresh and MaxReportRefresh.
+	ReportRefresh time.Duration
+}
+
+// The bounds and default of Config.ReportRefresh. The maximum is the
+// largest RefreshSeconds the API accepts.
+const (
+	DefaultReportRefresh = time.Minute
+	MinReportRefresh     = time.Second
+	MaxReportRefresh     = time.Hour
+)
+
+// EnvReportRefresh is the environment variable ConfigFromEnv reads
+// Config.ReportRefresh from: a Go duration ("30s", "2m").
+const EnvReportRefresh = "LULL_REPORT_REFRESH"
+
+// reportRefresh returns the interval the reporter rewrites an unchanged
+// report at, and that interval rounded up to whole seconds, the
+// RefreshSeconds every report carries: the runtime never rewrites less
+// often than it says.
+func (c Config) reportRefresh() (time.Duration, int32) {
+	d := c.ReportRefresh
+	if d == 0 {
+		d = DefaultReportRefresh
+	}
+	return d, int32((d + time.Second - 1) / time.Second)
+}
+
+// checkReportRefresh returns an error if d is outside
+// [MinReportRefresh, MaxReportRefresh].
+func checkReportRefresh(d time.Duration) error {
+	if d < MinReportRefresh || d > MaxReportRefresh {
+		return fmt.Errorf("%s is not between %s and %s", d, MinReportRefresh, MaxReportRefresh)
+	}
+	return nil
 }
 
 // ConfigFromEnv returns the Config lull gives a runtime container through
 // its environment: LULL_SESSION_NAME, LULL_SESSION_NAMESPACE, LULL_POD_NAME
-// and LULL_POD_UID, and the REST config from the kubeconfig files in
-// KUBECONFIG when that is set, else from the pod's service account
-// (in-cluster). The error names every variable that is missing.
+// and LULL_POD_UID, LULL_REPORT_REFRESH if it is set, and the REST config
+// from the kubeconfig files in KUBECONFIG when that is set, else from the
+// pod's service account (in-cluster). The error names every variable that
+// is missing, and LULL_REPORT_REFRESH if it is not a duration within
+// bounds.
 func ConfigFromEnv() (Config, error) {
 	var missing []string
 	env := func(name string) string {
@@ -57,6 +101,16 @@ func ConfigFromEnv() (Config, error) {
 	}
 	if len(missing) > 0 {
 		return Config{}, fmt.Errorf("%s not set: lull sets these in a session pod's runtime container; outside a pod, set them by hand", strings.Join(missing, ", "))
+	}
+	if v := os.Getenv(EnvReportRefresh); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return Config{}, fmt.Errorf("%s=%q: want a duration such as 30s or 2m", EnvReportRefresh, v)
+		}
+		if err := checkReportRefresh(d); err != nil {
+			return Config{}, fmt.Errorf("%s=%q: %w", EnvReportRefresh, v, err)
+		}
+		cfg.ReportRefresh = d
 	}
 	rc, err := restConfig()
 	if err != nil {
@@ -84,7 +138,8 @@ func restConfig() (*rest.Config, error) {
 	return rc, nil
 }
 
-// validate returns an error naming every required field that is empty.
+// validate returns an error naming every required field that is empty, and
+// ReportRefresh if it is out of bounds.
 func (c Config) validate() error {
 	var errs []error
 	if c.SessionName == "" {
@@ -98,6 +153,11 @@ func (c Config) validate() error {
 	}
 	if c.REST == nil {
 		errs = append(errs, errors.New("REST is nil"))
+	}
+	if c.ReportRefresh != 0 {
+		if err := checkReportRefresh(c.ReportRefresh); err != nil {
+			errs = append(errs, fmt.Errorf("ReportRefresh %w (zero means %s)", err, DefaultReportRefresh))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("runtime config: %w", err)

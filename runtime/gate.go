@@ -37,6 +37,10 @@ func (e *DrainingError) Error() string {
 	switch {
 	case e.Replacing:
 		return "session is moving to a new pod: retry after reconnect"
+	case e.RequestID != "" && e.Reason == lullv1.DrainReasonIdle:
+		// The attempt woke the session (see Gate.BeginTurn): this pod
+		// serves again once the controller withdraws the request.
+		return fmt.Sprintf("session is being suspended for inactivity (request %s); this attempt counts as activity: retry the turn in a moment", e.RequestID)
 	case e.RequestID != "":
 		return fmt.Sprintf("session is draining %s (request %s): retry after reconnect", reasonPhrase(e.Reason), e.RequestID)
 	case e.Starting:
@@ -53,8 +57,6 @@ func reasonPhrase(r lullv1.DrainReason) string {
 	switch r {
 	case lullv1.DrainReasonUpdate:
 		return "for an update"
-	case lullv1.DrainReasonIdle:
-		return "because it is idle"
 	case lullv1.DrainReasonLifetime:
 		return "because it reached its maximum lifetime"
 	case lullv1.DrainReasonManual:
@@ -79,7 +81,8 @@ type Snapshot struct {
 	// ActiveTurns is the number of turns begun and neither ended nor expired.
 	// It is never negative, and is 0 whenever State is Drained.
 	ActiveTurns int `json:"activeTurns"`
-	// LastActivity is when a turn last began or ended, or Bump was last
+	// LastActivity is when a turn last began or ended, a turn was refused
+	// because of an Idle drain (see Gate.BeginTurn), or Bump was last
 	// called; zero if never. Lease renewals and expiries are not activity.
 	LastActivity time.Time `json:"lastActivity,omitzero"`
 	// LapsedTurns is the number of active turns whose lease ran out and
@@ -187,6 +190,12 @@ func NewGate() *Gate {
 // ErrDraining) when the gate refuses turns, or an error for invalid opts.
 // The caller must End the turn; a turn with a lease that is not renewed in
 // time ends by itself.
+//
+// A turn refused because of an Idle drain request (the session is being
+// culled for inactivity, and its pod is not yet committed for replacement)
+// is real user activity all the same: it is recorded as LastActivity, as
+// Bump does, and reported at once, so the controller withdraws the request
+// and the gate reopens. The caller gets the DrainingError and retries.
 func (g *Gate) BeginTurn(opts TurnOptions) (*Turn, error) {
 	if opts.Lease < 0 {
 		return nil, fmt.Errorf("turn lease %s is negative", opts.Lease)
@@ -194,6 +203,10 @@ func (g *Gate) BeginTurn(opts TurnOptions) (*Turn, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.accepting() {
+		if g.requestID != "" && g.reason == lullv1.DrainReasonIdle && !g.held {
+			g.lastActivity = time.Now()
+			g.changed()
+		}
 		return nil, &DrainingError{State: g.state, RequestID: g.requestID, Reason: g.reason, Starting: !g.everServed, Replacing: g.held}
 	}
 	now := time.Now()
@@ -209,8 +222,9 @@ func (g *Gate) BeginTurn(opts TurnOptions) (*Turn, error) {
 }
 
 // Bump records activity that is not a turn (a user typing, a cell edited),
-// so an idle drain does not take a session in use. Health and readiness
-// probes must not call it.
+// so an idle drain does not take a session in use; during an Idle drain it
+// is reported at once. Health and readiness probes, and reads of the
+// gate's state, must not call it.
 func (g *Gate) Bump() {
 	g.mu.Lock()
 	defer g.mu.Unlock()

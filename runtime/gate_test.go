@@ -174,10 +174,15 @@ func TestGateTransitions(t *testing.T) {
 func TestDrainingErrorNamesTheDrain(t *testing.T) {
 	for reason, phrase := range map[lullv1.DrainReason]string{
 		lullv1.DrainReasonUpdate:   "session is draining for an update (request " + req1 + "): retry after reconnect",
-		lullv1.DrainReasonIdle:     "because it is idle",
+		lullv1.DrainReasonIdle:     "session is being suspended for inactivity (request " + req1 + "); this attempt counts as activity: retry the turn in a moment",
 		lullv1.DrainReasonLifetime: "maximum lifetime",
 		lullv1.DrainReasonManual:   "on request",
 	} {
+		advice := ": retry after reconnect"
+		if reason == lullv1.DrainReasonIdle {
+			// The same pod serves again once the request is withdrawn.
+			advice = ": retry the turn in a moment"
+		}
 		g := openGate(t)
 		turn, _ := g.BeginTurn(TurnOptions{})
 		g.SetRequest(req1, reason)
@@ -186,7 +191,7 @@ func TestDrainingErrorNamesTheDrain(t *testing.T) {
 		if !errors.As(err, &de) || de.State != lullv1.RuntimeDraining || de.RequestID != req1 || de.Reason != reason {
 			t.Fatalf("%s: BeginTurn = %#v, want a DrainingError for %s", reason, err, req1)
 		}
-		if !strings.Contains(err.Error(), phrase) || !strings.HasSuffix(err.Error(), ": retry after reconnect") {
+		if !strings.Contains(err.Error(), phrase) || !strings.HasSuffix(err.Error(), advice) {
 			t.Errorf("%s: error %q, want it to contain %q and end with the retry advice", reason, err, phrase)
 		}
 		turn.End()

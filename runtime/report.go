@@ -21,8 +21,8 @@ const (
 	drainingReportInterval = time.Second
 	// servingReportInterval is the least time between two reports of the
 	// same state that differ only in turn count or activity outside a
-	// drain: enough for the controller's Active condition and idle clock,
-	// not a write per turn.
+	// drain (unless the refresh interval is shorter): enough for the
+	// controller's Active condition and idle clock, not a write per turn.
 	servingReportInterval = time.Minute
 	// writeTimeout bounds one status write.
 	writeTimeout = 10 * time.Second
@@ -31,11 +31,15 @@ const (
 // reporter writes the gate's state to status.runtime: at once on a change
 // of state or request (Drained above all: the controller deletes the pod on
 // it) or of the expired-turn count (an expiry may have taken live work),
-// rate-limited for turn counts and activity, never the same report
-// twice, retrying failed writes with backoff. After each write it tells the
-// gate with Published, which reopens a gate waiting on Serving. One reporter
-// is the only writer of status.runtime for its pod, and it writes one report
-// at a time.
+// and of activity while an Idle drain request is outstanding (the user is
+// back: the controller withdraws the request when it sees it);
+// rate-limited for other changes of turn count and activity; and again,
+// unchanged but freshly stamped, once refresh has passed since its last
+// write, in every state, so the controller can tell a live runtime from a
+// stale report. It retries failed writes with backoff. After each write it
+// tells the gate with Published, which reopens a gate waiting on Serving.
+// One reporter is the only writer of status.runtime for its pod, and it
+// writes one report at a time.
 type reporter struct {
 	api  sessionAPI
 	gate *Gate
@@ -44,7 +48,12 @@ type reporter struct {
 
 	drainingInterval time.Duration
 	servingInterval  time.Duration
-	retry            backoff
+	// refresh is the longest time between two writes; refreshSeconds is
+	// what every report says it is (RefreshSeconds), never less.
+	refresh        time.Duration
+	refreshSeconds int32
+
+	retry backoff
 	// reassert spaces rewrites of a report someone else overwrote, so a
 	// writer that keeps overwriting it does not drive a write loop.
 	reassert backoff
@@ -55,13 +64,24 @@ type reporter struct {
 
 	mu       sync.Mutex
 	latestRV string // the Session version the runtime last applied
+	// movedOn: in that version the session names another pod as its pod.
+	// This runtime's report would then only overwrite that pod's, so it is
+	// no longer refreshed.
+	movedOn bool
 }
 
-// seen records the Session version the runtime has just applied.
-func (r *reporter) seen(resourceVersion string) {
+// seen records the Session version the runtime has just applied, and
+// whether in it the session names another pod than this runtime's.
+func (r *reporter) seen(resourceVersion string, movedOn bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.latestRV = resourceVersion
+	r.latestRV, r.movedOn = resourceVersion, movedOn
+}
+
+func (r *reporter) sessionMovedOn() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.movedOn
 }
 
 func (r *reporter) lastSeen() string {
@@ -76,11 +96,15 @@ type storedReport struct {
 	resourceVersion uint64 // 0 if not a number
 }
 
-func newReporter(api sessionAPI, gate *Gate, pod types.UID, log *slog.Logger) *reporter {
+// newReporter returns the reporter of pod's runtime, which rewrites an
+// unchanged report every refresh (see Config.reportRefresh).
+func newReporter(api sessionAPI, gate *Gate, pod types.UID, refresh time.Duration, refreshSeconds int32, log *slog.Logger) *reporter {
 	return &reporter{
 		api: api, gate: gate, pod: pod, log: log,
 		drainingInterval: drainingReportInterval,
 		servingInterval:  servingReportInterval,
+		refresh:          refresh,
+		refreshSeconds:   refreshSeconds,
 		retry:            backoff{initial: 100 * time.Millisecond, max: 10 * time.Second},
 		reassert:         backoff{initial: time.Second, max: 30 * time.Second},
 		stored:           make(chan storedReport, 1),
@@ -139,13 +163,20 @@ func (r *reporter) run(ctx context.Context) {
 				notBefore = laterOf(notBefore, time.Now().Add(r.reassert.step()))
 			}
 		}
-		want := reportFor(r.pod, latest)
-		if sameReport(want, written) {
+		want := reportFor(r.pod, latest, r.refreshSeconds)
+		same := sameReport(want, written)
+		if same {
 			r.gate.Published(written.State)
-			continue
 		}
 		now := time.Now()
-		if at := laterOf(notBefore, r.due(want, written, writtenAt)); now.Before(at) {
+		if same && r.sessionMovedOn() {
+			// The session names another pod: a heartbeat would only
+			// overwrite that pod's report. Look again a refresh later, in
+			// case it names this pod again.
+			timer.Reset(r.refresh)
+			continue
+		}
+		if at := laterOf(notBefore, r.due(want, written, writtenAt, latest.Reason)); now.Before(at) {
 			timer.Reset(at.Sub(now))
 			continue
 		}
@@ -165,22 +196,38 @@ func (r *reporter) run(ctx context.Context) {
 		notBefore = time.Time{}
 		written, writtenAt = want, time.Now()
 		writtenRV, _ = strconv.ParseUint(rv, 10, 64)
+		// The next heartbeat, unless a change comes first; nothing else
+		// may wake this loop (the watch may be down).
+		timer.Reset(r.refresh)
 		r.gate.Published(want.State)
 	}
 }
 
-// due returns when want may be written, given the last report written: at
-// once for a new state, request, pod or expired-turn count, after the
-// state's interval for a change of active turn count or activity only.
-func (r *reporter) due(want, written *lullv1.RuntimeReport, writtenAt time.Time) time.Time {
+// due returns when want may be written, given the last report written at
+// writtenAt and the reason of the drain request being served: at once for
+// a new state, request, pod or expired-turn count, and for new activity
+// while the request is an Idle one (a user back in a session being
+// suspended; the report keeps activity to the second, so this is at most
+// one write a second); after the state's interval for another change of
+// active turn count or activity; and refresh after the last write in any
+// case, changed or not (a heartbeat carries the latest state).
+func (r *reporter) due(want, written *lullv1.RuntimeReport, writtenAt time.Time, reason lullv1.DrainReason) time.Time {
 	if written == nil || want.State != written.State || want.RequestID != written.RequestID || want.PodUID != written.PodUID ||
 		want.ExpiredTurns != written.ExpiredTurns {
 		return time.Time{}
 	}
-	if want.State == lullv1.RuntimeDraining {
-		return writtenAt.Add(r.drainingInterval)
+	heartbeat := writtenAt.Add(r.refresh)
+	if sameReport(want, written) {
+		return heartbeat
 	}
-	return writtenAt.Add(r.servingInterval)
+	if reason == lullv1.DrainReasonIdle && want.RequestID != "" && !timeEqual(want.LastActivity, written.LastActivity) {
+		return time.Time{}
+	}
+	interval := r.servingInterval
+	if want.State == lullv1.RuntimeDraining {
+		interval = r.drainingInterval
+	}
+	return earlierOf(writtenAt.Add(interval), heartbeat)
 }
 
 // write patches status.runtime with report, stamped with the time, and
@@ -216,15 +263,17 @@ func (r *reporter) write(ctx context.Context, report *lullv1.RuntimeReport) (str
 	return rv, nil
 }
 
-// reportFor returns the report of pod for snapshot s, without ReportedAt.
-// LastActivity is kept to the second, the precision the API stores.
-func reportFor(pod types.UID, s Snapshot) *lullv1.RuntimeReport {
+// reportFor returns the report of pod for snapshot s, without ReportedAt,
+// saying the runtime rewrites it every refreshSeconds. LastActivity is kept
+// to the second, the precision the API stores.
+func reportFor(pod types.UID, s Snapshot, refreshSeconds int32) *lullv1.RuntimeReport {
 	r := &lullv1.RuntimeReport{
-		PodUID:       pod,
-		RequestID:    s.RequestID,
-		State:        s.State,
-		ActiveTurns:  int32(s.ActiveTurns),
-		ExpiredTurns: s.ExpiredTurns,
+		PodUID:         pod,
+		RequestID:      s.RequestID,
+		State:          s.State,
+		ActiveTurns:    int32(s.ActiveTurns),
+		ExpiredTurns:   s.ExpiredTurns,
+		RefreshSeconds: refreshSeconds,
 	}
 	if !s.LastActivity.IsZero() {
 		t := metav1.NewTime(s.LastActivity.Truncate(time.Second))
@@ -246,7 +295,8 @@ func sameReport(a, b *lullv1.RuntimeReport) bool {
 		return a == b
 	}
 	return a.PodUID == b.PodUID && a.RequestID == b.RequestID && a.State == b.State &&
-		a.ActiveTurns == b.ActiveTurns && a.ExpiredTurns == b.ExpiredTurns && timeEqual(a.LastActivity, b.LastActivity)
+		a.ActiveTurns == b.ActiveTurns && a.ExpiredTurns == b.ExpiredTurns && timeEqual(a.LastActivity, b.LastActivity) &&
+		a.RefreshSeconds == b.RefreshSeconds
 }
 
 func timeEqual(a, b *metav1.Time) bool {
@@ -258,6 +308,13 @@ func timeEqual(a, b *metav1.Time) bool {
 
 func laterOf(a, b time.Time) time.Time {
 	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlierOf(a, b time.Time) time.Time {
+	if a.Before(b) {
 		return a
 	}
 	return b

@@ -9,6 +9,13 @@
 // is what makes it safe for the controller to delete the pod on a Drained
 // report. This follows the Kelos session-runtime drain.
 //
+// The report is rewritten every Config.ReportRefresh even when nothing
+// changed, so the controller can tell a live runtime from a stale report;
+// it never culls an idle session on a stale one. A turn attempted while
+// the session is being drained for inactivity (reason Idle) is refused but
+// counts as activity, and is reported at once: the controller then
+// withdraws the request and the runtime serves again.
+//
 //	rt, err := runtime.New(cfg) // cfg from runtime.ConfigFromEnv()
 //	go rt.Run(ctx)
 //	...
@@ -69,9 +76,10 @@ func newRuntime(cfg Config, api sessionAPI) *Runtime {
 	}
 	log = log.With("session", cfg.SessionNamespace+"/"+cfg.SessionName, "pod", cfg.PodName, "podUID", cfg.PodUID)
 	gate := NewGate()
+	refresh, refreshSeconds := cfg.reportRefresh()
 	return &Runtime{
 		cfg: cfg, gate: gate, api: api, log: log,
-		reporter: newReporter(api, gate, cfg.PodUID, log),
+		reporter: newReporter(api, gate, cfg.PodUID, refresh, refreshSeconds, log),
 	}
 }
 

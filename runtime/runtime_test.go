@@ -189,7 +189,9 @@ func TestRunRetriesFailedReports(t *testing.T) {
 	f.mu.Unlock()
 }
 
-func TestReportsAreRateLimitedAndNeverRepeated(t *testing.T) {
+// Between heartbeats (a minute here, longer than the test), a report is
+// written only when it changes, and changes of turn count are rate-limited.
+func TestReportsAreRateLimitedAndRepeatedOnlyAsHeartbeats(t *testing.T) {
 	f := newFakeSession()
 	rt := startRuntime(t, f)
 	waitFor(t, "the gate to open", func() bool { return rt.Snapshot().Accepting })

@@ -50,6 +50,9 @@ type fakeSession struct {
 	// beforePatch runs, with fakeSession.mu held, as a status patch
 	// arrives, before its precondition is checked.
 	beforePatch func()
+	// deaf, when set, keeps the runtime's own reports from its watches, as
+	// when its watch has died unnoticed.
+	deaf bool
 	// oldestWatchable, when set, is the oldest resourceVersion a watch may
 	// start from, as after an API server restart: a watch from an older one
 	// gets a 410 Expired event; a watch from "" starts with the current
@@ -131,7 +134,9 @@ func (f *fakeSession) land(r *lullv1.RuntimeReport) {
 	// The API server sends every change to the open watches, the
 	// runtime's own writes included.
 	for _, w := range f.watchers {
-		w.Modify(f.session.DeepCopy())
+		if !f.deaf {
+			w.Modify(f.session.DeepCopy())
+		}
 	}
 	if f.onReport != nil {
 		f.onReport(r)
@@ -156,10 +161,16 @@ func (f *fakeSession) update(change func(*lullv1.SessionStatus)) {
 	}
 }
 
-// requestDrain writes a drain request for pod into status.drain.
+// requestDrain writes an Update drain request for pod into status.drain.
 func (f *fakeSession) requestDrain(id string, pod types.UID) {
+	f.requestDrainFor(id, pod, lullv1.DrainReasonUpdate)
+}
+
+// requestDrainFor writes a drain request for pod with reason into
+// status.drain.
+func (f *fakeSession) requestDrainFor(id string, pod types.UID, reason lullv1.DrainReason) {
 	f.update(func(s *lullv1.SessionStatus) {
-		s.Drain = &lullv1.DrainRequest{RequestID: id, PodUID: pod, Reason: lullv1.DrainReasonUpdate, RequestedAt: metav1.Now()}
+		s.Drain = &lullv1.DrainRequest{RequestID: id, PodUID: pod, Reason: reason, RequestedAt: metav1.Now()}
 	})
 }
 

@@ -75,6 +75,9 @@ type notice struct {
 // the runtime SDK with cfg otherwise. A turn refused because the session
 // drains is journaled as refused; the client then waits for the gate to
 // reopen, as a user's client would retry after reconnecting to the new pod.
+// (A turn refused because the session is being suspended for inactivity
+// wakes it: the gate reopens in this pod once the controller withdraws the
+// request.)
 func Run(ctx context.Context, cfg runtime.Config, agentSocket string, opts Options) error {
 	if opts.TurnMax < opts.TurnMin {
 		return fmt.Errorf("turn-max (%s) is less than turn-min (%s)", opts.TurnMax, opts.TurnMin)

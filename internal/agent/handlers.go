@@ -60,8 +60,9 @@ type errorResponse struct {
 
 // beginTurn: POST /v1/turns, body optional {"lease":"30s"}. 201 with the
 // turn, once it is in the state file; 503 with Retry-After while the
-// session drains; 400 on a bad body; 500 if the state file cannot be
-// written (the turn is not begun).
+// session drains (during an Idle drain the attempt is recorded as activity:
+// see runtime.Gate.BeginTurn); 400 on a bad body; 500 if the state file
+// cannot be written (the turn is not begun).
 func (s *Server) beginTurn(w http.ResponseWriter, r *http.Request) {
 	var req turnRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
@@ -85,8 +86,11 @@ func (s *Server) beginTurn(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.As(err, &refused):
 		retry := 5 // the session is being replaced: reconnect to its new pod
-		if refused.State == lullv1.RuntimeServing {
-			retry = 1 // starting or reopening: this pod serves again shortly
+		if refused.State == lullv1.RuntimeServing ||
+			(refused.Reason == lullv1.DrainReasonIdle && !refused.Replacing) {
+			// Starting or reopening, or an Idle drain this attempt has
+			// just woken: this pod serves again shortly.
+			retry = 1
 		}
 		w.Header().Set("Retry-After", strconv.Itoa(retry))
 		writeError(w, http.StatusServiceUnavailable, errorResponse{Error: "draining", Message: err.Error(),

@@ -19,6 +19,7 @@ import (
 
 const (
 	req1    = "update-0123456789abcdef"
+	idleReq = "idle-0123456789abcdef"
 	testPod = "pod-uid-1"
 )
 
@@ -198,6 +199,19 @@ func TestTurnsRefusedWhileDraining(t *testing.T) {
 			return g
 		}, lullv1.RuntimeDrained, "5", "retry after reconnect"},
 		{"starting", runtime.NewGate, lullv1.RuntimeServing, "1", "session runtime is starting: retry after reconnect"},
+		// An Idle drain: the attempt wakes the session, which serves again
+		// in this pod once the controller withdraws the request.
+		{"idle", func() *runtime.Gate {
+			g := servingGate()
+			g.SetRequest(idleReq, lullv1.DrainReasonIdle)
+			return g
+		}, lullv1.RuntimeDrained, "1", "session is being suspended for inactivity (request " + idleReq + "); this attempt counts as activity: retry the turn in a moment"},
+		{"idle, committed for replacement", func() *runtime.Gate {
+			g := servingGate()
+			g.SetRequest(idleReq, lullv1.DrainReasonIdle)
+			g.SetHeld(true)
+			return g
+		}, lullv1.RuntimeDrained, "5", "retry after reconnect"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newTestServer(t, tc.gate())
@@ -241,10 +255,54 @@ func TestDrainStateActivityAndHealth(t *testing.T) {
 	if s.LastActivity.IsZero() || time.Since(s.LastActivity) > time.Minute {
 		t.Errorf("after POST /v1/activity: %+v, want recent activity", s)
 	}
-	g.SetRequest(req1, lullv1.DrainReasonIdle)
-	if s := drainState(); s.State != lullv1.RuntimeDrained || s.RequestID != req1 || s.Reason != lullv1.DrainReasonIdle || s.Accepting {
-		t.Errorf("drain state %+v, want Drained for %s", s, req1)
+	mark := g.Snapshot().LastActivity
+
+	// While the session is being drained for inactivity, only a user can
+	// wake it: reads of its state, streams and probes must not.
+	g.SetRequest(idleReq, lullv1.DrainReasonIdle)
+	time.Sleep(2 * time.Millisecond)
+	if s := drainState(); s.State != lullv1.RuntimeDrained || s.RequestID != idleReq || s.Reason != lullv1.DrainReasonIdle || s.Accepting {
+		t.Errorf("drain state %+v, want Drained for %s", s, idleReq)
 	}
+	call(t, c, "GET", srv.URL+"/healthz", "")
+	if s := firstEvent(t, srv); s.RequestID != idleReq {
+		t.Errorf("drain stream sent %+v, want the Idle drain", s)
+	}
+	if got := g.Snapshot().LastActivity; !got.Equal(mark) {
+		t.Errorf("during an Idle drain, a state read, a stream or a health check recorded activity (%v, was %v)", got, mark)
+	}
+	attempted := time.Now()
+	if code, _, b := call(t, c, "POST", srv.URL+"/v1/turns", ""); code != http.StatusServiceUnavailable {
+		t.Fatalf("POST /v1/turns during an Idle drain = %d %s, want 503", code, b)
+	}
+	if got := drainState().LastActivity; got.Before(attempted) {
+		t.Errorf("a turn attempted during an Idle drain was not recorded as activity (%v, attempted at %v)", got, attempted)
+	}
+	bumped := time.Now()
+	if code, _, _ := call(t, c, "POST", srv.URL+"/v1/activity", ""); code != http.StatusNoContent {
+		t.Errorf("POST /v1/activity = %d, want 204", code)
+	}
+	if got := drainState().LastActivity; got.Before(bumped) {
+		t.Errorf("POST /v1/activity during an Idle drain was not recorded (%v)", got)
+	}
+}
+
+// firstEvent opens the drain stream, returns its first event and closes it.
+func firstEvent(t *testing.T, srv *httptest.Server) runtime.Snapshot {
+	t.Helper()
+	resp, err := srv.Client().Get(srv.URL + "/v1/drain/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			return decode[runtime.Snapshot](t, []byte(data))
+		}
+	}
+	t.Fatalf("drain stream ended without an event: %v", sc.Err())
+	return runtime.Snapshot{}
 }
 
 func TestDrainStream(t *testing.T) {

@@ -4,7 +4,9 @@
 //
 //	POST   /v1/turns              begin a turn, body optional {"lease":"30s"}:
 //	                              201 {"id":"t-…","leaseExpiresAt":…};
-//	                              503 {"error":"draining",…} + Retry-After;
+//	                              503 {"error":"draining",…} + Retry-After
+//	                              (during an Idle drain the attempt counts
+//	                              as activity and wakes the session);
 //	                              500 {"error":"state_file",…}: not begun
 //	DELETE /v1/turns/{id}         end a turn: 204, 404 if unknown or expired,
 //	                              500 {"error":"state_file",…}: not ended, retry
@@ -15,6 +17,11 @@
 //	GET    /v1/drain/stream       the drain state as Server-Sent Events
 //	POST   /v1/activity           record activity that is not a turn: 204
 //	GET    /healthz               liveness: 200, records no activity
+//
+// Only a begun (or, during an Idle drain, attempted) or ended turn and
+// POST /v1/activity are activity; reads of the drain state, streams and
+// health checks never are, so a probe or a dashboard cannot keep an idle
+// session from being culled.
 //
 // The agent keeps its turns in a state file (see Open) as well as in
 // memory, so that when its container restarts while the runtime's goes on,
@@ -161,6 +168,9 @@ type Options struct {
 	// the pod's runtime container shares, and that container may run as
 	// any user.
 	SocketMode os.FileMode
+	// ReportRefresh, when not zero, replaces the environment's
+	// LULL_REPORT_REFRESH: see runtime.Config.ReportRefresh.
+	ReportRefresh time.Duration
 	// Log receives the agent's logs; nil means slog.Default().
 	Log *slog.Logger
 }
@@ -175,6 +185,9 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	cfg.Logger = o.Log
+	if o.ReportRefresh != 0 {
+		cfg.ReportRefresh = o.ReportRefresh
+	}
 	rt, err := runtime.New(cfg)
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -18,7 +19,10 @@ func init() { subcommands = append(subcommands, newAgentCommand) }
 // newAgentCommand returns `lull agent`, the drain sidecar for runtimes in
 // any language.
 func newAgentCommand() *cobra.Command {
-	var listen, stateFile, socketMode string
+	var (
+		listen, stateFile, socketMode string
+		reportRefresh                 time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the drain sidecar that serves a session runtime's turn gate over local HTTP",
@@ -45,6 +49,13 @@ container (by default at /var/run/lull): an emptyDir outlives a container
 restart but not the pod. If the file exists but cannot be read, the agent
 does not start; the error says how to recover.
 
+The agent rewrites the runtime's report every --report-refresh even when
+nothing changed: the controller judges a report it has not seen rewritten
+for twice that plus 10 seconds stale, and never culls an idle session on a
+stale report. Only turns (begun, ended, or attempted while the session is
+being drained for inactivity) and POST /v1/activity count as activity;
+reads, streams and health checks never do.
+
 It reads LULL_SESSION_NAME, LULL_SESSION_NAMESPACE, LULL_POD_NAME and
 LULL_POD_UID, which lull sets in a session pod, and reaches the API server
 through KUBECONFIG if set, else the pod's service account.`,
@@ -57,7 +68,11 @@ through KUBECONFIG if set, else the pod's service account.`,
 			if err != nil || mode > 0o777 {
 				return fmt.Errorf("--socket-mode %q: want an octal permission such as 0660", socketMode)
 			}
-			return agent.Run(ctx, agent.Options{Listen: listen, StateFile: stateFile, SocketMode: os.FileMode(mode), Log: log})
+			if err := checkReportRefresh(reportRefresh); err != nil {
+				return err
+			}
+			return agent.Run(ctx, agent.Options{Listen: listen, StateFile: stateFile, SocketMode: os.FileMode(mode),
+				ReportRefresh: reportRefresh, Log: log})
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", agent.DefaultListen,
@@ -70,5 +85,7 @@ through KUBECONFIG if set, else the pod's service account.`,
 	}
 	cmd.Flags().StringVar(&stateFile, "state-file", defaultStateFile,
 		"file the agent keeps its turns in, on a volume that outlives the agent's container (an emptyDir); default from "+agent.EnvStateFile)
+	addReportRefreshFlag(cmd.Flags(), &reportRefresh,
+		"how often the runtime's report is rewritten when nothing changed (1s to 1h)")
 	return cmd
 }

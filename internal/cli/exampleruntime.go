@@ -24,7 +24,10 @@ import (
 func init() { subcommands = append(subcommands, newExampleRuntimeCommand) }
 
 func newExampleRuntimeCommand() *cobra.Command {
-	var opts turnrunner.Options
+	var (
+		opts          turnrunner.Options
+		reportRefresh time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "example-runtime",
 		Short: "Run the reference session runtime (random-length turns through the runtime SDK)",
@@ -49,17 +52,26 @@ does not know are ignored (and listed in its log), not an error.`,
 			if err := validateTurns(opts); err != nil {
 				return err
 			}
+			if err := checkReportRefresh(reportRefresh); err != nil {
+				return err
+			}
 			// With the agent sidecar the runtime container has no
 			// credentials: it learns who it is from the LULL_* variables
 			// and takes turns through the agent's socket.
 			socket := os.Getenv(lullv1.EnvAgentSocket)
 			var cfg runtime.Config
-			var err error
 			if socket != "" {
 				cfg = runtime.Config{SessionName: os.Getenv(lullv1.EnvSessionName), SessionNamespace: os.Getenv(lullv1.EnvSessionNamespace),
 					PodName: os.Getenv(lullv1.EnvPodName), PodUID: types.UID(os.Getenv(lullv1.EnvPodUID))}
-			} else if cfg, err = runtime.ConfigFromEnv(); err != nil {
-				return err
+				if cmd.Flags().Changed("report-refresh") {
+					log.Info("ignoring --report-refresh: the agent sidecar writes the reports (set its --report-refresh)")
+				}
+			} else {
+				var err error
+				if cfg, err = runtime.ConfigFromEnv(); err != nil {
+					return err
+				}
+				cfg.ReportRefresh = reportRefresh
 			}
 			opts.Journal = os.Getenv(podprocess.EnvJournal)
 			opts.Log = log
@@ -73,6 +85,8 @@ does not know are ignored (and listed in its log), not an error.`,
 	f.DurationVar(&opts.TurnMax, "turn-max", 5*time.Second, "longest turn")
 	f.DurationVar(&opts.ThinkMax, "think-max", time.Second, "longest pause between turns")
 	f.StringVar(&opts.Workspace, "workspace", "", "directory the session keeps across replacements (a claim's mount path): each turn journals which pods wrote there before and adds its own line to turns.log")
+	addReportRefreshFlag(f, &reportRefresh,
+		"how often the runtime's report is rewritten when nothing changed (1s to 1h); with the agent sidecar, the agent's flag applies")
 	return cmd
 }
 

@@ -1,0 +1,33 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"lull.dev/lull/runtime"
+)
+
+// addReportRefreshFlag adds --report-refresh, how often the runtime's
+// report is rewritten when nothing changed (runtime.Config.ReportRefresh),
+// to fs. Its default is $LULL_REPORT_REFRESH when that is a duration within
+// bounds, else runtime.DefaultReportRefresh; a bad LULL_REPORT_REFRESH is
+// left for runtime.ConfigFromEnv to name.
+func addReportRefreshFlag(fs *pflag.FlagSet, p *time.Duration, usage string) {
+	def := runtime.DefaultReportRefresh
+	if d, err := time.ParseDuration(os.Getenv(runtime.EnvReportRefresh)); err == nil && checkReportRefresh(d) == nil {
+		def = d
+	}
+	fs.DurationVar(p, "report-refresh", def, usage+"; default from "+runtime.EnvReportRefresh)
+}
+
+// checkReportRefresh returns an error naming --report-refresh if d is out
+// of bounds.
+func checkReportRefresh(d time.Duration) error {
+	if d < runtime.MinReportRefresh || d > runtime.MaxReportRefresh {
+		return fmt.Errorf("--report-refresh %s: want a duration between %s and %s", d, runtime.MinReportRefresh, runtime.MaxReportRefresh)
+	}
+	return nil
+}
