@@ -35,6 +35,9 @@ type Options struct {
 	TurnMin, TurnMax time.Duration
 	// ThinkMax bounds the pause between two turns (the user typing).
 	ThinkMax time.Duration
+	// Turns, when positive, is how many turns the user takes before
+	// leaving: the runtime then stays up, idle, until its pod goes.
+	Turns int
 	// Journal, when set, is the file turns are journaled to.
 	Journal string
 	// Workspace, when set, is a directory the session keeps across pod
@@ -140,6 +143,11 @@ func Run(ctx context.Context, cfg runtime.Config, agentSocket string, opts Optio
 	}()
 
 	for turn := 1; ; turn++ {
+		if opts.Turns > 0 && turn > opts.Turns {
+			opts.Log.Info("the user has left; idle until the pod goes", "turns", opts.Turns)
+			<-ctx.Done()
+			return <-runErr
+		}
 		if !sleep(ctx, randDuration(0, opts.ThinkMax)) {
 			return <-runErr
 		}

@@ -84,6 +84,7 @@ does not know are ignored (and listed in its log), not an error.`,
 	f.DurationVar(&opts.TurnMin, "turn-min", time.Second, "shortest turn")
 	f.DurationVar(&opts.TurnMax, "turn-max", 5*time.Second, "longest turn")
 	f.DurationVar(&opts.ThinkMax, "think-max", time.Second, "longest pause between turns")
+	f.IntVar(&opts.Turns, "turns", 0, "turns the user takes before leaving the session idle (0: no limit)")
 	f.StringVar(&opts.Workspace, "workspace", "", "directory the session keeps across replacements (a claim's mount path): each turn journals which pods wrote there before and adds its own line to turns.log")
 	addReportRefreshFlag(f, &reportRefresh,
 		"how often the runtime's report is rewritten when nothing changed (1s to 1h); with the agent sidecar, the agent's flag applies")
@@ -99,6 +100,9 @@ func validateTurns(o turnrunner.Options) error {
 		if d.v < 0 {
 			return fmt.Errorf("%s (%s) must not be negative", d.flag, d.v)
 		}
+	}
+	if o.Turns < 0 {
+		return fmt.Errorf("--turns (%d) must not be negative; 0 means no limit", o.Turns)
 	}
 	if o.TurnMin > o.TurnMax {
 		return fmt.Errorf("--turn-min (%s) must not be greater than --turn-max (%s)", o.TurnMin, o.TurnMax)
