@@ -260,6 +260,13 @@ func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.
 			a.Kind, a.Reason = rollout.Wait, rollout.ReasonSuspending
 			return a, true, nil
 		}
+		if d := a.Drain; d != nil && d.Reason == lullv1.DrainReasonIdle && a.Replacement != nil && a.Replacement.Reason == lullv1.ReplacementDrained {
+			// An idle cull's pod goes with the suspension or deletion of
+			// its session, which the next step makes (rollout.Decide
+			// finishes the committed cull) from the committed version.
+			a.Kind = rollout.Wait
+			return a, true, nil
+		}
 		a.Kind = rollout.DeletePod
 		a, err := r.deletePod(ctx, o, a)
 		return a, true, err
