@@ -73,3 +73,48 @@ func TestReportWrittenAtIsTheServerTimeOfTheReportsOwner(t *testing.T) {
 		t.Errorf("no managed fields: %s, want zero", got)
 	}
 }
+
+// An idle cull commits the drained pod and then suspends the session: the
+// pod goes with the scale to zero, never by a delete of its own (which
+// would only have the StatefulSet create a new pod, and the session never
+// suspend).
+func TestIdleCullSuspendsInsteadOfReplacing(t *testing.T) {
+	idleSince := metav1.NewTime(t0.Add(-time.Hour))
+	w := newWorld(t, interceptor.Funcs{}, func(s *lullv1.Session, pod *corev1.Pod) {
+		pod.Labels["controller-revision-hash"] = "alice-new"
+		req := &lullv1.DrainRequest{RequestID: "idle-0123456789abcdef", PodUID: "pod-1", Reason: lullv1.DrainReasonIdle, Sequence: 1, RequestedAt: metav1.NewTime(t0.Add(-time.Second))}
+		s.Status.Drain, s.Status.DrainSequence = req, 1
+		reported := metav1.NewTime(t0)
+		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: "pod-1", RequestID: req.RequestID, State: lullv1.RuntimeDrained,
+			LastActivity: &idleSince, RefreshSeconds: 60, ReportedAt: &reported}
+		s.Status.Lifecycle = &lullv1.LifecycleStatus{IdlePodUID: "pod-1", IdleSince: &idleSince, IdleActivity: &idleSince}
+	})
+	ctx := context.Background()
+	tmpl := &lullv1.SessionTemplate{}
+	if err := w.c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: "agent"}, tmpl); err != nil {
+		t.Fatal(err)
+	}
+	tmpl.Spec.Idle = &lullv1.IdlePolicy{SuspendAfter: &metav1.Duration{Duration: 30 * time.Minute}}
+	if err := w.c.Update(ctx, tmpl); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	s := w.session()
+	if c := s.Status.Replacement; c == nil || c.RequestID != "idle-0123456789abcdef" {
+		t.Fatalf("replacement %+v, want the idle drain committed", c)
+	}
+	if len(w.deletes) != 0 {
+		t.Fatalf("the committed pod of an idle cull was deleted: %+v", w.deletes)
+	}
+	if _, err := w.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	if s := w.session(); !s.Spec.Suspend {
+		t.Fatal("the committed idle cull did not suspend the session")
+	}
+	if len(w.deletes) != 0 {
+		t.Fatalf("pod deleted during the suspension: %+v", w.deletes)
+	}
+}
