@@ -260,6 +260,16 @@ func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.
 			a.Kind, a.Reason = rollout.Wait, rollout.ReasonSuspending
 			return a, true, nil
 		}
+		if a.Drain != nil && a.Drain.Reason == lullv1.DrainReasonIdle && a.Replacement != nil && a.Replacement.Reason == lullv1.ReplacementDrained {
+			// An idle cull's drained pod goes with the session: the next
+			// step suspends it (the StatefulSet is scaled to zero) or
+			// deletes it (rollout.Decide, finishCull), or, if activity
+			// reached the API server after the commitment, replaces the
+			// pod. Deleting it here would only make the StatefulSet
+			// create a new pod, and the session would never be culled.
+			a.Kind = rollout.Wait
+			return a, true, nil
+		}
 		a.Kind = rollout.DeletePod
 		a, err := r.deletePod(ctx, o, a)
 		return a, true, err
