@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
@@ -98,5 +99,243 @@ func TestIdleDeleteCommitDeletesTheSessionNotThePod(t *testing.T) {
 	}
 	if got := w.eventReasons(); len(got) != 1 || got[0] != "IdleDelete" {
 		t.Errorf("events %v, want [IdleDelete]", got)
+	}
+}
+
+// The lifecycle status must be stable when nothing changes: a field that
+// moves on every reconcile (a time not truncated, an idle clock restarted)
+// would make every status write trigger the next, forever. In each state,
+// reconciles at later moments that cross no deadline write nothing after
+// the first.
+func TestLifecycleStatusIsStableWhenNothingChanges(t *testing.T) {
+	idle := func(s *lullv1.Session, pod *corev1.Pod) {
+		pod.Labels[appsv1.ControllerRevisionHashLabelKey] = "alice-new"
+		pod.CreationTimestamp = metav1.NewTime(t0.Add(-time.Minute))
+		last := metav1.NewTime(t0.Add(-time.Minute).Add(123 * time.Millisecond))
+		reported := metav1.NewTime(t0)
+		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, State: lullv1.RuntimeServing, LastActivity: &last, RefreshSeconds: 3600, ReportedAt: &reported}
+	}
+	for name, edit := range map[string]func(s *lullv1.Session, pod *corev1.Pod){
+		"idle": idle,
+		"idle, lastActivity in the future": func(s *lullv1.Session, pod *corev1.Pod) {
+			idle(s, pod)
+			future := metav1.NewTime(t0.Add(24 * time.Hour))
+			s.Status.Runtime.LastActivity = &future
+		},
+		"idle, no activity yet": func(s *lullv1.Session, pod *corev1.Pod) {
+			idle(s, pod)
+			s.Status.Runtime.LastActivity = nil
+		},
+		"busy": func(s *lullv1.Session, pod *corev1.Pod) {
+			idle(s, pod)
+			s.Status.Runtime.ActiveTurns = 2
+		},
+		"not reporting": func(s *lullv1.Session, pod *corev1.Pod) {
+			idle(s, pod)
+			old := metav1.NewTime(t0.Add(-3 * time.Hour))
+			s.Status.Runtime.ReportedAt = &old
+		},
+		"suspended, never judged idle": func(s *lullv1.Session, pod *corev1.Pod) {
+			s.Spec.Suspend = true
+		},
+		"no report": func(s *lullv1.Session, pod *corev1.Pod) {
+			pod.Labels[appsv1.ControllerRevisionHashLabelKey] = "alice-new"
+			pod.CreationTimestamp = metav1.NewTime(t0.Add(-time.Minute))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(t, interceptor.Funcs{}, edit)
+			if name == "suspended, never judged idle" {
+				if err := w.c.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice-0"}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tmpl := &lullv1.SessionTemplate{}
+			if err := w.c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: "agent"}, tmpl); err != nil {
+				t.Fatal(err)
+			}
+			tmpl.Spec.Idle = &lullv1.IdlePolicy{SuspendAfter: &metav1.Duration{Duration: 10 * time.Hour}, DeleteAfter: &metav1.Duration{Duration: 20 * time.Hour}}
+			tmpl.Spec.MaxLifetime = &metav1.Duration{Duration: 10 * time.Hour}
+			if err := w.c.Update(context.Background(), tmpl); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 4 {
+				w.clock.SetTime(t0.Add(time.Duration(i)*7*time.Second + 300*time.Millisecond))
+				if _, err := w.reconcile(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first := w.patches.Load()
+			var l1 *lullv1.LifecycleStatus
+			if l := w.session().Status.Lifecycle; l != nil {
+				l1 = l.DeepCopy()
+			}
+			for i := range 5 {
+				w.clock.SetTime(t0.Add(time.Minute + time.Duration(i)*13*time.Second + 700*time.Millisecond))
+				if _, err := w.reconcile(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := w.patches.Load(); got != first {
+				t.Errorf("%d status writes in 5 reconciles with nothing changed; lifecycle before %+v after %+v", got-first, l1, w.session().Status.Lifecycle)
+			}
+		})
+	}
+}
+
+// Guarantees 4 and 5 through the reconciler: an idle cull records one
+// IdleSuspend and one Suspended Event; the resume one Resumed Event; the
+// resumed session's idle clock starts at its new pod's first report, the
+// old pod's report and lastActivity ignored, however many reconciles run.
+func TestIdleSuspendThenResumeEventsAndClock(t *testing.T) {
+	w := idleDrainedWorld(t, interceptor.Funcs{})
+	ctx := context.Background()
+	for range 3 {
+		if _, err := w.reconcile(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The StatefulSet controller removes the pod (replicas 0).
+	if err := w.c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice-0"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		w.clock.SetTime(t0.Add(time.Duration(i) * 3 * time.Second))
+		if _, err := w.reconcile(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := w.session()
+	if s.Status.Phase != lullv1.SessionSuspended || s.Status.Drain != nil || s.Status.Replacement != nil {
+		t.Fatalf("after the idle suspension: phase %s drain %+v replacement %+v", s.Status.Phase, s.Status.Drain, s.Status.Replacement)
+	}
+	if got := w.eventReasons(); len(got) != 2 || got[0] != "IdleSuspend" || got[1] != "Suspended" {
+		t.Fatalf("events %v, want [IdleSuspend Suspended]", got)
+	}
+
+	// lull resume: spec.suspend false; later the StatefulSet makes pod-2.
+	resumedAt := t0.Add(time.Hour)
+	w.clock.SetTime(resumedAt)
+	s.Spec.Suspend = false
+	if err := w.c.Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice-0", UID: "pod-2", CreationTimestamp: metav1.NewTime(resumedAt),
+		Labels: map[string]string{lullv1.LabelSession: "alice", appsv1.ControllerRevisionHashLabelKey: "alice-new"}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: lullv1.RuntimeContainerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}}
+	if err := w.c.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		w.clock.SetTime(resumedAt.Add(time.Duration(i+1) * 6 * time.Second))
+		if _, err := w.reconcile(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The old pod's report is still in status.runtime: no clock yet.
+	if l := w.session().Status.Lifecycle; l != nil && l.IdleSince != nil {
+		t.Fatalf("resumed, new pod not reported: lifecycle %+v; want no idle clock", l)
+	}
+	// pod-2's runtime reports idle, with a lastActivity from long before
+	// (restored from the workspace, or the old pod's).
+	firstReport := resumedAt.Add(30 * time.Second)
+	w.clock.SetTime(firstReport)
+	s = w.session()
+	old := metav1.NewTime(t0.Add(-5 * time.Hour))
+	reported := metav1.NewTime(firstReport)
+	s.Status.Runtime = &lullv1.RuntimeReport{PodUID: "pod-2", State: lullv1.RuntimeServing, LastActivity: &old, RefreshSeconds: 10, ReportedAt: &reported}
+	if err := w.c.Status().Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		w.clock.SetTime(firstReport.Add(time.Duration(i) * time.Second))
+		if _, err := w.reconcile(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s = w.session()
+	l := s.Status.Lifecycle
+	if l == nil || l.IdleSince == nil || l.IdleSince.Time.Before(firstReport) || l.IdlePodUID != "pod-2" || s.Status.Drain != nil {
+		t.Fatalf("new pod's first idle report: lifecycle %+v drain %+v; want the clock from that report", l, s.Status.Drain)
+	}
+	n := map[string]int{}
+	for _, r := range w.eventReasons() {
+		n[r]++
+	}
+	if n["Resumed"] != 1 || n["Suspended"] != 0 || n["IdleSuspend"] != 0 {
+		t.Fatalf("events after the resume %v, want one Resumed", n)
+	}
+}
+
+// committedIdleWorld: the Idle drain's replacement is committed on the API
+// server, spec.suspend not yet set (a controller restarted between the
+// two steps).
+func committedIdleWorld(t *testing.T, funcs interceptor.Funcs) *world {
+	w := idleDrainedWorld(t, funcs)
+	s := w.session()
+	s.Status.Replacement = &lullv1.Replacement{PodUID: w.podUID, Reason: lullv1.ReplacementDrained, RequestID: s.Status.Drain.RequestID, CommittedAt: metav1.NewTime(t0)}
+	if err := w.c.Status().Update(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// Guarantee 4 across a controller restart between the commitment and the
+// suspension: a new controller (nothing in memory) finishes the cull.
+func TestRestartBetweenIdleCommitAndSuspendFinishesTheCull(t *testing.T) {
+	w := committedIdleWorld(t, interceptor.Funcs{})
+	w.r = &Reconciler{Client: w.c, APIReader: w.c, Recorder: w.events, Clock: w.clock}
+	for range 2 {
+		if _, err := w.reconcile(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := w.session(); !s.Spec.Suspend || len(w.deletes) != 0 {
+		t.Fatalf("restarted controller: suspend=%v deletes %d; want the session suspended, the pod not deleted", s.Spec.Suspend, len(w.deletes))
+	}
+}
+
+// Guarantees 1 and 4 with a lagging Session cache: the cache shows the
+// committed idle drain; on the API server the runtime has since reported
+// new activity (a turn refused as it sealed, reported before it saw the
+// commitment). The suspension, decided on the cached version, is refused;
+// once the cache catches up, the session is not suspended: its committed
+// pod is replaced and it keeps running.
+func TestActivityAfterTheIdleCommitIsNotSuspendedFromAStaleCache(t *testing.T) {
+	var stale *lullv1.Session
+	w := committedIdleWorld(t, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
+			if s, ok := o.(*lullv1.Session); ok && stale != nil {
+				stale.DeepCopyInto(s)
+				return nil
+			}
+			return c.Get(ctx, key, o, opts...)
+		},
+	})
+	cached := w.session()
+	live := cached.DeepCopy()
+	now := metav1.NewTime(t0)
+	live.Status.Runtime.LastActivity, live.Status.Runtime.ReportedAt = &now, &now
+	if err := w.c.Status().Update(context.Background(), live); err != nil {
+		t.Fatal(err)
+	}
+	stale = cached
+	_, _ = w.reconcile()
+	stale = nil
+	if s := w.session(); s.Spec.Suspend {
+		t.Fatal("suspended on a cached version older than the runtime's report of new activity")
+	}
+	if _, err := w.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	if s := w.session(); s.Spec.Suspend {
+		t.Fatal("suspended although activity reached the API server")
+	}
+	if len(w.deletes) != 1 || w.deletes[0].Preconditions == nil || *w.deletes[0].Preconditions.UID != w.podUID {
+		t.Fatalf("deletes %+v; want the committed pod replaced (UID precondition)", w.deletes)
 	}
 }
