@@ -100,6 +100,11 @@ func finishCull(o Observed, j lifecycle.Judgement) (Action, bool) {
 	if s.Spec.Suspend || c.Reason != lullv1.ReplacementDrained || d == nil || d.Reason != lullv1.DrainReasonIdle || d.RequestID != c.RequestID || !j.CullDue {
 		return Action{}, false
 	}
+	if s.Annotations[lullv1.AnnotationIdleSuspended] == d.RequestID {
+		// This cull suspended the session already, and it was resumed
+		// before its pod was scaled away: the pod is replaced instead.
+		return Action{}, false
+	}
 	since := j.Status.IdleSince.UTC().Format(time.RFC3339)
 	switch j.Status.CullAction {
 	case lullv1.IdleSuspend:

@@ -339,3 +339,44 @@ func TestActivityAfterTheIdleCommitIsNotSuspendedFromAStaleCache(t *testing.T) {
 		t.Fatalf("deletes %+v; want the committed pod replaced (UID precondition)", w.deletes)
 	}
 }
+
+// Guarantee 5: a resume is a resume. The idle cull committed the drained
+// pod and set spec.suspend; before the StatefulSet scaled the pod away (a
+// second later, or longer if the controller restarted in between or its
+// pod cache lags), the user ran lull resume, which set spec.suspend back
+// to false. The controller must not suspend the session again: it replaces
+// the committed pod, and the session runs on a new one. Nor may it record
+// a second IdleSuspend Event.
+func TestResumeBeforeTheScaleDownIsNotSuspendedAgain(t *testing.T) {
+	w := committedIdleWorld(t, interceptor.Funcs{})
+	if _, err := w.reconcile(); err != nil { // the suspension
+		t.Fatal(err)
+	}
+	s := w.session()
+	if !s.Spec.Suspend {
+		t.Fatal("precondition: the idle cull suspends the session")
+	}
+	// lull resume, before the pod is scaled away.
+	s.Spec.Suspend = false
+	if err := w.c.Update(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := w.reconcile(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := w.session(); s.Spec.Suspend {
+		t.Fatal("the user resumed the session, and the controller suspended it again")
+	}
+	n := map[string]int{}
+	for _, r := range w.eventReasons() {
+		n[r]++
+	}
+	if n["IdleSuspend"] != 1 {
+		t.Errorf("events %v, want one IdleSuspend", n)
+	}
+	if len(w.deletes) != 1 || w.deletes[0].Preconditions == nil || *w.deletes[0].Preconditions.UID != w.podUID {
+		t.Errorf("deletes %+v; want the committed pod replaced (UID precondition)", w.deletes)
+	}
+}
