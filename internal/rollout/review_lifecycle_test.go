@@ -1,11 +1,14 @@
 package rollout
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/drain"
@@ -70,4 +73,81 @@ func TestLifetimeDrainDoesNotShieldAStalePodFromTheUpdatePolicy(t *testing.T) {
 	if a := Decide(f.o); a.Kind != Wait || a.Reason != ReasonLifetime || a.Drain == nil {
 		t.Fatalf("current pod: %s/%s; want the lifetime drain kept", a.Kind, a.Reason)
 	}
+}
+
+// Guarantee 6 through the ledger: a fleet created at once, all past
+// maxLifetime, restarts within maxUnavailable and without starving: the
+// template controller plans the wave (PlanWave), each session controller
+// decides (Decide, NextStatus) on what it sees; runtimes answer a drain at
+// the next step; a committed pod is replaced by a new one at once.
+func TestLifetimeRestartsStayWithinTheWaveAndAllFinish(t *testing.T) {
+	const n, maxUnavailable = 6, 2
+	type member struct {
+		s   *lullv1.Session
+		pod int
+	}
+	podOf := func(name string, i int, created time.Time) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name + "-0", UID: types.UID(fmt.Sprintf("%s-pod-%d", name, i)), CreationTimestamp: metav1.NewTime(created),
+			Labels: map[string]string{appsv1.ControllerRevisionHashLabelKey: newRev}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+				ContainerStatuses: []corev1.ContainerStatus{running(lullv1.RuntimeContainerName)}}}
+	}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Generation: 1}, Status: appsv1.StatefulSetStatus{ObservedGeneration: 1, UpdateRevision: newRev}}
+	var fleet []*member
+	pods := map[string]*corev1.Pod{}
+	for i := range n {
+		name := fmt.Sprintf("s%d", i)
+		s := &lullv1.Session{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}}
+		pods[name] = podOf(name, 0, now.Add(-2*time.Hour))
+		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pods[name].UID, State: lullv1.RuntimeServing, ActiveTurns: 1, RefreshSeconds: 10}
+		fleet = append(fleet, &member{s: s})
+	}
+	policy := lifecycle.Policy{MaxLifetime: time.Hour}
+	var wave []lullv1.WaveEntry
+	restarted := map[string]bool{}
+	peak := 0
+	t1 := now
+	for step := range 200 {
+		t1 = t1.Add(time.Second)
+		var all []lullv1.Session
+		for _, m := range fleet {
+			all = append(all, *m.s.DeepCopy())
+		}
+		wave = PlanWave(wave, all, maxUnavailable, t1, "")
+		moving := 0
+		for _, m := range fleet {
+			s := m.s
+			pod := pods[s.Name]
+			o := Observed{Now: t1, Session: s.DeepCopy(), Policy: lullv1.UpdatePolicy{Strategy: lullv1.UpdateStrategyPassive}, StatefulSet: sts, Pod: pod,
+				Admitted: Admitted(wave, s), Lifecycle: policy, ReportWrittenAt: t1.Add(-time.Second)}
+			a := Decide(o)
+			runtime := s.Status.Runtime
+			s.Status = NextStatus(o, a)
+			s.Status.Runtime = runtime
+			switch a.Kind {
+			case RequestDrain:
+				// The runtime's turn ends; it drains at once.
+				s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, RequestID: a.Drain.RequestID, State: lullv1.RuntimeDrained, RefreshSeconds: 10}
+			case Commit, DeletePod:
+				m.pod++
+				pods[s.Name] = podOf(s.Name, m.pod, t1)
+				s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pods[s.Name].UID, State: lullv1.RuntimeServing, ActiveTurns: 1, RefreshSeconds: 10}
+				restarted[s.Name] = true
+			}
+			if s.Status.Drain != nil || s.Status.Replacement != nil {
+				moving++
+			}
+		}
+		if moving > maxUnavailable {
+			t.Fatalf("step %d: %d sessions restarting for their lifetime at once, maxUnavailable %d (wave %v)", step, moving, maxUnavailable, waveNames(wave))
+		}
+		peak = max(peak, moving)
+		if len(restarted) == n {
+			if peak != maxUnavailable {
+				t.Errorf("at most %d restarting at once; want the wave used up to maxUnavailable %d", peak, maxUnavailable)
+			}
+			return
+		}
+	}
+	t.Fatalf("after 200 steps only %d of %d sessions restarted for their lifetime: %v (wave %v)", len(restarted), n, restarted, waveNames(wave))
 }
