@@ -28,10 +28,14 @@ func TestOnlyRealWorkMovesLastActivity(t *testing.T) {
 		{"Snapshot", func() { g.Snapshot() }},
 		{"Subscribe", func() { _, cancel := g.Subscribe(); cancel() }},
 		{"Renew", func() { turn.Renew() }}, //nolint:errcheck // a live lease
-		{"SetNotice", func() { g.SetNotice(Notice{UpdatePending: true, UpdateRevision: "r2", Deadline: time.Now().Add(time.Hour)}) }},
+		{"SetNotice", func() {
+			g.SetNotice(Notice{UpdatePending: true, UpdateRevision: "r2", Deadline: time.Now().Add(time.Hour)})
+		}},
 		{"Published", func() { g.Published(lullv1.RuntimeServing) }},
 		{"lease runs out", func() { time.Sleep(200 * time.Millisecond); g.Snapshot() }},
-		{"Lifetime request", func() { g.SetRequest(drain.RequestID(testPod, lullv1.DrainReasonLifetime, 1), lullv1.DrainReasonLifetime) }},
+		{"Lifetime request", func() {
+			g.SetRequest(drain.RequestID(testPod, lullv1.DrainReasonLifetime, 1), lullv1.DrainReasonLifetime)
+		}},
 		{"withdrawn", func() { g.SetRequest("", "") }},
 		{"Idle request", func() { g.SetRequest(drain.RequestID(testPod, lullv1.DrainReasonIdle, 2), lullv1.DrainReasonIdle) }},
 		{"held", func() { g.SetHeld(true) }},
