@@ -51,6 +51,13 @@ const (
 	// per request ID.
 	AnnotationKeepAlive = "lull.dev/keep-alive"
 
+	// AnnotationIdleSuspended on a Session names the Idle drain request
+	// whose cull suspended it. The controller sets it in the patch that
+	// sets spec.suspend, so a session resumed before its committed pod was
+	// scaled away is not suspended again for the same request: the pod is
+	// replaced, and the session runs on.
+	AnnotationIdleSuspended = "lull.dev/idle-suspended"
+
 	// LabelSession is set on every object lull creates for a session,
 	// pods included; its value is the session name.
 	LabelSession = "lull.dev/session"

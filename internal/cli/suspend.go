@@ -97,7 +97,22 @@ func suspendSession(ctx context.Context, c client.Client, ns, name string) (stri
 // Idle drain request is outstanding and not yet committed, names it in
 // lull.dev/keep-alive in the same patch. It says what it did, or returns an
 // error saying why the session cannot be kept.
+//
+// The keep-alive patch carries the resourceVersion it was decided on: if
+// the controller commits the drained pod's replacement in between, the
+// keep-alive would withdraw nothing, so the patch is refused and the
+// session read again.
 func resumeSession(ctx context.Context, c client.Client, ns, name string) (string, error) {
+	for attempt := 1; ; attempt++ {
+		msg, err := resumeOnce(ctx, c, ns, name)
+		if apierrors.IsConflict(err) && attempt < 5 {
+			continue
+		}
+		return msg, err
+	}
+}
+
+func resumeOnce(ctx context.Context, c client.Client, ns, name string) (string, error) {
 	s, err := getSession(ctx, c, ns, name)
 	if err != nil {
 		return "", err
@@ -107,8 +122,9 @@ func resumeSession(ctx context.Context, c client.Client, ns, name string) (strin
 	switch {
 	case idle != "" && !committed:
 		patch := map[string]any{
-			"spec":     map[string]any{"suspend": false},
-			"metadata": map[string]any{"annotations": map[string]string{lullv1.AnnotationKeepAlive: idle}},
+			"spec": map[string]any{"suspend": false},
+			"metadata": map[string]any{"annotations": map[string]string{lullv1.AnnotationKeepAlive: idle},
+				"resourceVersion": s.ResourceVersion},
 		}
 		if err := patchSession(ctx, c, s, patch); err != nil {
 			return "", err

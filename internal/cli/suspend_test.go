@@ -198,3 +198,39 @@ func TestSuspendAndResumeNameAMissingSession(t *testing.T) {
 		}
 	}
 }
+
+// Guarantee 5: lull resume during an idle drain withdraws it, and says so
+// only if it did. Between the CLI's read and its patch the controller
+// commits the drained pod's replacement: the keep-alive then names a
+// committed request, which withdraws nothing, and the session is suspended
+// all the same. The CLI must not report the drain withdrawn; it re-reads
+// and says it is too late.
+func TestResumeRacingTheIdleCommitDoesNotClaimAWithdrawal(t *testing.T) {
+	s := testSession(idleRequest)
+	var patches int
+	c := fake.NewClientBuilder().WithScheme(manager.Scheme()).
+		WithObjects(s).WithStatusSubresource(&lullv1.Session{}).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				if patches++; patches == 1 {
+					// The controller's commitment lands first.
+					live := &lullv1.Session{}
+					if err := c.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
+						return err
+					}
+					live.Status.Replacement = &lullv1.Replacement{PodUID: "pod-1", Reason: lullv1.ReplacementDrained, RequestID: idleID}
+					if err := c.Status().Update(ctx, live); err != nil {
+						return err
+					}
+				}
+				return c.Patch(ctx, obj, patch, opts...)
+			},
+		}).Build()
+	msg, err := resumeSession(context.Background(), c, "ns", "s1")
+	if err == nil {
+		t.Fatalf("resume = %q, nil; the replacement was committed before the keep-alive landed: want the too-late error", msg)
+	}
+	if !strings.Contains(err.Error(), "too late") {
+		t.Fatalf("resume error %v, want the too-late error", err)
+	}
+}

@@ -231,6 +231,9 @@ func idleSince(o Observed, prev *lullv1.LifecycleStatus) *metav1.Time {
 		// The pod's first report: its clock starts now, whatever the
 		// runtime says about before (a previous pod's activity included).
 		return stamp(now)
+	}
+	activity = serverTime(o, activity)
+	switch {
 	case activity == nil || activity.After(now):
 		// No activity yet, or a time in the future (clock skew, forgery):
 		// counted as now, and held from now on while it stays the same.
@@ -239,7 +242,25 @@ func idleSince(o Observed, prev *lullv1.LifecycleStatus) *metav1.Time {
 		// Activity moved back: it cannot make the session idle for longer.
 		return prev.IdleSince.DeepCopy()
 	}
-	return activity.DeepCopy()
+	return stamp(activity.Time)
+}
+
+// serverTime returns activity, a time the runtime stamped with its own
+// clock, on the API server's clock: shifted by how far the runtime's clock
+// is off, which the report shows when the API server's time of its last
+// write (ReportWrittenAt) and the runtime's time of that same write
+// (reportedAt) are both known. A runtime clock behind the server's would
+// otherwise make every activity look old: a session culled the moment a
+// turn ends, and a turn attempted during an idle drain not waking it. A
+// forged reportedAt can only move activity as a forged lastActivity can
+// (a time in the future counts as first seen).
+func serverTime(o Observed, activity *metav1.Time) *metav1.Time {
+	r := o.Session.Status.Runtime
+	if activity == nil || r.ReportedAt == nil || o.ReportWrittenAt.IsZero() {
+		return activity
+	}
+	v := metav1.NewTime(activity.Add(o.ReportWrittenAt.Sub(r.ReportedAt.Time)))
+	return &v
 }
 
 func stamp(t time.Time) *metav1.Time {

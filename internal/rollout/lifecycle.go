@@ -38,6 +38,13 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 			if drain.Answers(cur, s.Status.Runtime, pod.UID) {
 				return commitDrained(o, fmt.Sprintf("runtime of pod %s reported Drained for lifetime drain %s; replacing the pod", pod.Name, cur.RequestID)), true
 			}
+			if stale && o.Policy.Strategy != lullv1.UpdateStrategyPassive {
+				// The pod went stale during its lifetime drain: the update
+				// moves it now, under the update policy (its deadline, a
+				// break-glass), keeping the place in the wave. A lifetime
+				// drain has no deadline and must not hold the update off.
+				return Action{}, false
+			}
 			return Action{Kind: Wait, Reason: ReasonLifetime, Drain: cur,
 				Message: fmt.Sprintf("pod %s reached its maximum lifetime at %s; waiting for its runtime to drain (request %s)", pod.Name, j.Status.LifetimeDeadline.UTC().Format(time.RFC3339), cur.RequestID)}, true
 		case cur.Reason != lullv1.DrainReasonLifetime:
@@ -91,6 +98,11 @@ func idleDrain(o Observed, j lifecycle.Judgement) Action {
 func finishCull(o Observed, j lifecycle.Judgement) (Action, bool) {
 	s, c, d := o.Session, o.Session.Status.Replacement, o.Session.Status.Drain
 	if s.Spec.Suspend || c.Reason != lullv1.ReplacementDrained || d == nil || d.Reason != lullv1.DrainReasonIdle || d.RequestID != c.RequestID || !j.CullDue {
+		return Action{}, false
+	}
+	if s.Annotations[lullv1.AnnotationIdleSuspended] == d.RequestID {
+		// This cull suspended the session already, and it was resumed
+		// before its pod was scaled away: the pod is replaced instead.
 		return Action{}, false
 	}
 	since := j.Status.IdleSince.UTC().Format(time.RFC3339)

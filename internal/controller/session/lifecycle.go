@@ -53,13 +53,16 @@ func ownsRuntimeReport(raw []byte) bool {
 // suspendIdle completes an idle cull by suspending the session: it sets
 // spec.suspend with the resourceVersion the decision was made on as a
 // precondition, so a session edited in between (resumed, its policy
-// changed) is looked at again instead. The suspension then scales the
-// committed pod away (rollout.Replicas).
+// changed) is looked at again instead. The same patch names the request in
+// lull.dev/idle-suspended, so a resume that comes before the pod is gone is
+// not undone by suspending again. The suspension then scales the committed
+// pod away (rollout.Replicas).
 func (r *Reconciler) suspendIdle(ctx context.Context, o rollout.Observed, a rollout.Action) (rollout.Action, bool, error) {
 	s := o.Session
 	body, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": s.ResourceVersion},
-		"spec":     map[string]any{"suspend": true},
+		"metadata": map[string]any{"resourceVersion": s.ResourceVersion,
+			"annotations": map[string]string{lullv1.AnnotationIdleSuspended: a.Drain.RequestID}},
+		"spec": map[string]any{"suspend": true},
 	})
 	if err != nil {
 		return a, false, err

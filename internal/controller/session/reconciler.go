@@ -260,10 +260,13 @@ func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.
 			a.Kind, a.Reason = rollout.Wait, rollout.ReasonSuspending
 			return a, true, nil
 		}
-		if d := a.Drain; d != nil && d.Reason == lullv1.DrainReasonIdle && a.Replacement != nil && a.Replacement.Reason == lullv1.ReplacementDrained {
-			// An idle cull's pod goes with the suspension or deletion of
-			// its session, which the next step makes (rollout.Decide
-			// finishes the committed cull) from the committed version.
+		if a.Drain != nil && a.Drain.Reason == lullv1.DrainReasonIdle && a.Replacement != nil && a.Replacement.Reason == lullv1.ReplacementDrained {
+			// An idle cull's drained pod goes with the session: the next
+			// step suspends it (the StatefulSet is scaled to zero) or
+			// deletes it (rollout.Decide, finishCull), or, if activity
+			// reached the API server after the commitment, replaces the
+			// pod. Deleting it here would only make the StatefulSet
+			// create a new pod, and the session would never be culled.
 			a.Kind = rollout.Wait
 			return a, true, nil
 		}
