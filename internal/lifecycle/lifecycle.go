@@ -231,6 +231,13 @@ func idleSince(o Observed, prev *lullv1.LifecycleStatus) *metav1.Time {
 		// The pod's first report: its clock starts now, whatever the
 		// runtime says about before (a previous pod's activity included).
 		return stamp(now)
+	case prev.IdleSince == nil:
+		// First seen idle after being active or not reporting: the clock
+		// starts now, not at a lastActivity that may be long past (a
+		// leased turn whose client vanished ends by expiry, which is not
+		// activity): a session is culled no sooner than the limit after it
+		// was last seen busy.
+		return stamp(now)
 	}
 	activity = serverTime(o, activity)
 	switch {

@@ -41,9 +41,21 @@ func TestBusySessionIsNeverIdle(t *testing.T) {
 	}
 }
 
-func TestIdleClockStartsAtLastActivityAndCullsAfterTheLimit(t *testing.T) {
+func TestIdleClockStartsWhenFirstSeenIdleNotAtAnOldActivity(t *testing.T) {
+	// Judged before while active; the turn ended by lease expiry, which
+	// leaves lastActivity at its beginning two hours ago.
+	s := session(0, at(-2*time.Hour))
+	s.Status.Lifecycle = &lullv1.LifecycleStatus{IdlePodUID: "p1"}
+	j := judge(s, pod("p1", -3*time.Hour), 0, -time.Second, suspend5m)
+	if j.State != Idle || !j.Status.IdleSince.Equal(at(0)) || j.CullDue {
+		t.Fatalf("first seen idle: %+v due=%v; want idleSince now, no cull for suspendAfter", j.Status, j.CullDue)
+	}
+}
+
+func TestIdleClockFollowsActivityAndCullsAfterTheLimit(t *testing.T) {
+	// Idle since -12m, then a Bump at -10m reported.
 	s := session(0, at(-10*time.Minute))
-	s.Status.Lifecycle = &lullv1.LifecycleStatus{IdlePodUID: "p1"} // judged before, while active
+	s.Status.Lifecycle = &lullv1.LifecycleStatus{IdlePodUID: "p1", IdleSince: at(-12 * time.Minute), IdleActivity: at(-12 * time.Minute)}
 	j := judge(s, pod("p1", -time.Hour), 0, -time.Second, suspend5m)
 	if j.State != Idle || !j.Status.IdleSince.Equal(at(-10*time.Minute)) || !j.CullDue || j.Status.CullAction != lullv1.IdleSuspend {
 		t.Fatalf("idle for 10m with suspendAfter 5m: %+v %+v; want Idle since the last activity, Suspend due", j, j.Status)

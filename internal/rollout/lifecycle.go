@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/drain"
 	"lull.dev/lull/internal/lifecycle"
@@ -32,11 +34,19 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 	s, pod, cur := o.Session, o.Pod, o.Session.Status.Drain
 	if cur != nil && cur.PodUID == pod.UID {
 		switch {
+		case cur.Reason == lullv1.DrainReasonIdle && stale && o.Admitted && updateHasDeadline(o.Policy) && !committedFor(s, cur):
+			// The update of a stale pod has a deadline (Replace, onDrainTimeout
+			// Replace, a break-glass): it takes over from an idle drain,
+			// which has none and must not hold a security fix off.
+			return Action{}, false
 		case cur.Reason == lullv1.DrainReasonIdle:
 			return idleDrain(o, j), true
 		case cur.Reason == lullv1.DrainReasonLifetime && j.LifetimeDue:
 			if drain.Answers(cur, s.Status.Runtime, pod.UID) {
 				return commitDrained(o, fmt.Sprintf("runtime of pod %s reported Drained for lifetime drain %s; replacing the pod", pod.Name, cur.RequestID)), true
+			}
+			if cur.Deadline != nil && !o.Now.Before(cur.Deadline.Time) {
+				return lifetimeDeadlinePassed(o), true
 			}
 			if stale && o.Policy.Strategy != lullv1.UpdateStrategyPassive {
 				// The pod went stale during its lifetime drain: the update
@@ -45,8 +55,12 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 				// drain has no deadline and must not hold the update off.
 				return Action{}, false
 			}
-			return Action{Kind: Wait, Reason: ReasonLifetime, Drain: cur,
-				Message: fmt.Sprintf("pod %s reached its maximum lifetime at %s; waiting for its runtime to drain (request %s)", pod.Name, j.Status.LifetimeDeadline.UTC().Format(time.RFC3339), cur.RequestID)}, true
+			a := Action{Kind: Wait, Reason: ReasonLifetime, Drain: cur,
+				Message: fmt.Sprintf("pod %s reached its maximum lifetime at %s; waiting for its runtime to drain (request %s)", pod.Name, j.Status.LifetimeDeadline.UTC().Format(time.RFC3339), cur.RequestID)}
+			if cur.Deadline != nil {
+				a.RequeueAfter = cur.Deadline.Sub(o.Now) + time.Second/10
+			}
+			return a, true
 		case cur.Reason != lullv1.DrainReasonLifetime:
 			return Action{}, false
 		}
@@ -54,6 +68,9 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 		// raised or removed) is withdrawn by the caller's step.
 	}
 	switch {
+	case j.CullDue && stale && o.Admitted && updateHasDeadline(o.Policy):
+		// The update, with its deadline, goes first (see above).
+		return Action{}, false
 	case j.CullDue:
 		r := newRequest(s.Status, pod.UID, lullv1.DrainReasonIdle, o.Now)
 		return Action{Kind: RequestDrain, Reason: ReasonIdleCull, Drain: r,
@@ -61,13 +78,30 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 				j.Status.IdleSince.UTC().Format(time.RFC3339), pod.Name, culled(j.Status.CullAction), r.RequestID)}, true
 	case j.LifetimeDue && (!stale || o.Policy.Strategy == lullv1.UpdateStrategyPassive):
 		deadline := j.Status.LifetimeDeadline.UTC().Format(time.RFC3339)
+		if j.State != lifecycle.Active && j.State != lifecycle.Idle && j.State != lifecycle.Unjudged {
+			// A runtime that has not reported, or whose report is stale,
+			// could not answer the drain: it would hold a place in the wave
+			// and starve every other lifetime restart. It waits until it
+			// reports again.
+			return Action{Kind: Wait, Reason: ReasonLifetime,
+				Message: fmt.Sprintf("pod %s reached its maximum lifetime at %s; waiting for its runtime to report before draining it", pod.Name, deadline)}, true
+		}
 		if !o.Admitted {
 			return Action{Kind: Wait, Reason: ReasonLifetime,
 				Message: fmt.Sprintf("pod %s reached its maximum lifetime at %s; waiting for a place in the wave", pod.Name, deadline)}, true
 		}
 		r := newRequest(s.Status, pod.UID, lullv1.DrainReasonLifetime, o.Now)
-		return Action{Kind: RequestDrain, Reason: ReasonLifetime, Drain: r,
-			Message: fmt.Sprintf("pod %s reached its maximum lifetime at %s; asked its runtime to drain before it is replaced (request %s)", pod.Name, deadline, r.RequestID)}, true
+		a := Action{Kind: RequestDrain, Reason: ReasonLifetime, Drain: r,
+			Message: fmt.Sprintf("pod %s reached its maximum lifetime at %s; asked its runtime to drain before it is replaced (request %s)", pod.Name, deadline, r.RequestID)}
+		if t := o.Policy.DrainTimeout; t != nil {
+			// The template's drainTimeout bounds a lifetime drain as it
+			// does an update's: a runtime holding a turn forever must not
+			// keep its place in the wave forever.
+			d := metav1.NewTime(r.RequestedAt.Add(t.Duration))
+			r.Deadline = &d
+			a.RequeueAfter = t.Duration + time.Second/10
+		}
+		return a, true
 	}
 	return Action{}, false
 }
@@ -138,4 +172,37 @@ func woke(o Observed, j lifecycle.Judgement) string {
 		return "the idle policy no longer culls it"
 	}
 	return fmt.Sprintf("activity at %s; the session is idle again since then", j.Status.IdleSince.UTC().Format(time.RFC3339))
+}
+
+// updateHasDeadline reports whether the update policy moves a stale pod by
+// a deadline: the Replace strategy, or a drainTimeout with onDrainTimeout
+// Replace (a break-glass is one).
+func updateHasDeadline(p lullv1.UpdatePolicy) bool {
+	return p.Strategy == lullv1.UpdateStrategyReplace || (p.DrainTimeout != nil && p.OnDrainTimeout == lullv1.DrainTimeoutReplace)
+}
+
+// committedFor reports whether the session's replacement is committed for
+// request d.
+func committedFor(s *lullv1.Session, d *lullv1.DrainRequest) bool {
+	c := s.Status.Replacement
+	return c != nil && c.RequestID == d.RequestID
+}
+
+// lifetimeDeadlinePassed is the step for a lifetime drain whose deadline
+// (the template's drainTimeout) has passed unanswered: onDrainTimeout
+// Replace deletes the pod, Wait keeps waiting, saying so.
+func lifetimeDeadlinePassed(o Observed) Action {
+	pod, cur := o.Pod, o.Session.Status.Drain
+	turns := "its runtime's turns"
+	if r := o.Session.Status.Runtime; r != nil && r.PodUID == pod.UID {
+		turns = fmt.Sprintf("%d active turn(s)", r.ActiveTurns)
+	}
+	if o.Policy.OnDrainTimeout == lullv1.DrainTimeoutReplace {
+		return Action{Kind: DeletePod, Reason: ReasonDrainDeadlineExceeded, PodUID: pod.UID, Drain: cur,
+			Message: fmt.Sprintf("lifetime drain %s passed its deadline %s undrained; replacing pod %s with %s (onDrainTimeout Replace)",
+				cur.RequestID, cur.Deadline.UTC().Format(time.RFC3339), pod.Name, turns)}
+	}
+	return Action{Kind: Wait, Reason: ReasonLifetime, Drain: cur,
+		Message: fmt.Sprintf("lifetime drain %s passed its deadline %s; still waiting for the runtime of pod %s (%s; onDrainTimeout Wait)",
+			cur.RequestID, cur.Deadline.UTC().Format(time.RFC3339), pod.Name, turns)}
 }

@@ -195,3 +195,57 @@ func findCondition(cs []metav1.Condition, typ string) *metav1.Condition {
 	}
 	return nil
 }
+
+// An idle drain has no deadline; an update with one (a break-glass,
+// Replace, onDrainTimeout Replace) takes over from it once the stale pod
+// has its place in the wave, so a wedged runtime cannot hold a security fix
+// off by never answering the idle drain.
+func TestUpdateWithADeadlineTakesOverFromAnIdleDrain(t *testing.T) {
+	f := idleFixture()
+	f.o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] = oldRev
+	f.o.Policy = lullv1.UpdatePolicy{Strategy: lullv1.UpdateStrategyDrain, DrainTimeout: &metav1.Duration{Duration: 5 * time.Minute}, OnDrainTimeout: lullv1.DrainTimeoutReplace}
+	outstanding(&f.o, idleRequest(podUID, 1))
+	a := Decide(f.o)
+	if a.Kind != RequestDrain || a.Drain.Reason != lullv1.DrainReasonUpdate || a.Drain.Deadline == nil {
+		t.Fatalf("stale, idle drain outstanding, update with a deadline admitted: %s/%s %+v; want an Update request with a deadline", a.Kind, a.Reason, a.Drain)
+	}
+	f.o.Admitted = false
+	if a := Decide(f.o); a.Kind != Wait || a.Reason != ReasonIdleCull || a.Drain == nil || a.Drain.Reason != lullv1.DrainReasonIdle {
+		t.Fatalf("not admitted: %s/%s; want the idle drain to go on", a.Kind, a.Reason)
+	}
+	// Without a deadline the idle cull goes first: it moves the session too.
+	f.o.Admitted = true
+	f.o.Policy = lullv1.UpdatePolicy{Strategy: lullv1.UpdateStrategyDrain}
+	if a := Decide(f.o); a.Drain == nil || a.Drain.Reason != lullv1.DrainReasonIdle {
+		t.Fatalf("Drain without a deadline: %s/%s; want the idle drain kept", a.Kind, a.Reason)
+	}
+}
+
+// A lifetime restart is not started for a runtime that is not reporting (it
+// could never answer and would hold its place in the wave), and the
+// template's drainTimeout bounds a lifetime drain.
+func TestLifetimeDrainNeedsAReportAndHonoursDrainTimeout(t *testing.T) {
+	f := idleFixture()
+	f.o.Lifecycle = lifecycle.Policy{MaxLifetime: 30 * time.Minute}
+	f.o.ReportWrittenAt = now.Add(-time.Hour)
+	if a := Decide(f.o); a.Kind != Wait || a.Drain != nil {
+		t.Fatalf("stale report, lifetime due: %s/%s %+v; want no drain", a.Kind, a.Reason, a.Drain)
+	}
+	f.o.ReportWrittenAt = now.Add(-time.Second)
+	f.o.Session.Status.Runtime.ActiveTurns = 1
+	f.o.Policy = lullv1.UpdatePolicy{Strategy: lullv1.UpdateStrategyDrain, DrainTimeout: &metav1.Duration{Duration: time.Minute}, OnDrainTimeout: lullv1.DrainTimeoutReplace}
+	a := Decide(f.o)
+	if a.Kind != RequestDrain || a.Drain.Deadline == nil || !a.Drain.Deadline.Time.Equal(now.Add(time.Minute)) {
+		t.Fatalf("lifetime drain under drainTimeout 1m: %s %+v; want a deadline a minute on", a.Kind, a.Drain)
+	}
+	outstanding(&f.o, a.Drain)
+	f.o.Now = now.Add(2 * time.Minute)
+	f.o.ReportWrittenAt = f.o.Now.Add(-time.Second)
+	if a := Decide(f.o); a.Kind != DeletePod || a.Reason != ReasonDrainDeadlineExceeded {
+		t.Fatalf("lifetime deadline passed, onDrainTimeout Replace: %s/%s; want DeletePod", a.Kind, a.Reason)
+	}
+	f.o.Policy.OnDrainTimeout = lullv1.DrainTimeoutWait
+	if a := Decide(f.o); a.Kind != Wait || a.Drain == nil {
+		t.Fatalf("lifetime deadline passed, onDrainTimeout Wait: %s/%s; want Wait keeping the request", a.Kind, a.Reason)
+	}
+}
