@@ -126,7 +126,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	next := rollout.NextStatus(o, a)
 	// Judged before the write: the patch refreshes s from the response.
 	updated := meta.IsStatusConditionTrue(next.Conditions, lullv1.ConditionUpToDate) &&
-		!meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionUpToDate) && s.Status.UpdateRevision != ""
+		!meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionUpToDate) && s.Status.UpdateRevision != "" &&
+		s.Status.Phase != lullv1.SessionSuspended // a resume has its own Event
 	stuck := (a.Reason == rollout.ReasonPodStuckTerminating || a.Reason == rollout.ReasonDrainOverdue) && !hasConditionReason(s, lullv1.ConditionUpToDate, a.Reason)
 	notReporting := conditionReason(next.Conditions, lullv1.ConditionActive) == rollout.ReasonRuntimeNotReporting &&
 		!hasConditionReason(s, lullv1.ConditionActive, rollout.ReasonRuntimeNotReporting)
