@@ -171,13 +171,18 @@ func sightingOf(s *lullv1.Session, at time.Time) Sighting {
 
 // sameForRules reports whether two sightings hold the same facts for the
 // rules, so the auditor keeps only the first of a run of them (the runtime
-// rewrites its report as activity changes).
+// rewrites its report as activity changes). Every field a rule reads must
+// be compared here: a version that differs only in a field left out is
+// dropped, and the rules judge on the version before it. The deadline
+// counts: it may be added to a request already outstanding (a break-glass,
+// a drainTimeout set mid-drain) with nothing else changing.
 func sameForRules(a, b Sighting) bool {
 	if a.Force != b.Force || (a.Drain == nil) != (b.Drain == nil) || (a.Runtime == nil) != (b.Runtime == nil) {
 		return false
 	}
 	if a.Drain != nil && (a.Drain.RequestID != b.Drain.RequestID || a.Drain.PodUID != b.Drain.PodUID ||
-		!a.Drain.RequestedAt.Equal(&b.Drain.RequestedAt) || a.Drain.Sequence != b.Drain.Sequence) {
+		!a.Drain.RequestedAt.Equal(&b.Drain.RequestedAt) || a.Drain.Sequence != b.Drain.Sequence ||
+		!a.Drain.Deadline.Equal(b.Drain.Deadline)) {
 		return false
 	}
 	if a.Runtime != nil && (a.Runtime.PodUID != b.Runtime.PodUID || a.Runtime.RequestID != b.Runtime.RequestID ||
