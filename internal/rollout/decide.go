@@ -402,7 +402,7 @@ func updateRequest(st lullv1.SessionStatus, pod types.UID, revision string, now 
 			// A deadline came after the request (a break-glass, a
 			// drainTimeout set mid-drain): the runtime gets the whole
 			// timeout from now to warn its user.
-			d := metav1.NewTime(now.Truncate(time.Second).Add(p.DrainTimeout.Duration))
+			d := metav1.NewTime(deadlineAfter(now, p.DrainTimeout.Duration))
 			c.Deadline = &d
 		}
 		return c
@@ -413,7 +413,7 @@ func updateRequest(st lullv1.SessionStatus, pod types.UID, revision string, now 
 	case p.Strategy == lullv1.UpdateStrategyReplace:
 		r.Deadline = r.RequestedAt.DeepCopy()
 	case p.DrainTimeout != nil:
-		d := metav1.NewTime(r.RequestedAt.Add(p.DrainTimeout.Duration))
+		d := metav1.NewTime(deadlineAfter(now, p.DrainTimeout.Duration))
 		r.Deadline = &d
 	}
 	return r
@@ -509,4 +509,15 @@ func Replicas(o Observed) int32 {
 
 func upToDateMessage(pod *corev1.Pod, update string) string {
 	return fmt.Sprintf("pod %s runs the update revision %s", pod.Name, update)
+}
+
+// deadlineAfter returns the deadline timeout after now, rounded up to the
+// second the API stores: the runtime gets at least the whole timeout to
+// warn its user.
+func deadlineAfter(now time.Time, timeout time.Duration) time.Time {
+	d := now.Add(timeout)
+	if t := d.Truncate(time.Second); !t.Equal(d) {
+		return t.Add(time.Second)
+	}
+	return d
 }

@@ -97,7 +97,7 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 			// The template's drainTimeout bounds a lifetime drain as it
 			// does an update's: a runtime holding a turn forever must not
 			// keep its place in the wave forever.
-			d := metav1.NewTime(r.RequestedAt.Add(t.Duration))
+			d := metav1.NewTime(deadlineAfter(o.Now, t.Duration))
 			r.Deadline = &d
 			a.RequeueAfter = t.Duration + time.Second/10
 		}
