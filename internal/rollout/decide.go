@@ -419,15 +419,6 @@ func updateRequest(st lullv1.SessionStatus, pod types.UID, revision string, now 
 	return r
 }
 
-// manualRequest returns the Manual drain request of a suspension: the
-// outstanding one if it is for this pod, or a new one.
-func manualRequest(st lullv1.SessionStatus, pod types.UID, now time.Time) *lullv1.DrainRequest {
-	if c := st.Drain; c != nil && c.PodUID == pod && c.Reason == lullv1.DrainReasonManual {
-		return c.DeepCopy()
-	}
-	return newRequest(st, pod, lullv1.DrainReasonManual, now)
-}
-
 // newRequest issues a request with the next drain sequence number. The
 // status patch that writes it also writes the sequence number, with a
 // resourceVersion precondition, so two writers cannot issue the same one.
@@ -446,65 +437,6 @@ func newRequest(st lullv1.SessionStatus, pod types.UID, reason lullv1.DrainReaso
 // controller-revision-hash label.
 func PodRevision(pod *corev1.Pod) string {
 	return pod.Labels[appsv1.ControllerRevisionHashLabelKey]
-}
-
-// decideSuspend drains a suspended session's pod before it goes: a healthy
-// running pod gets a Manual drain request; once its runtime answers Drained
-// the replacement is committed and Replicas scales the StatefulSet to zero.
-// A pod that is failed or never started is committed and deleted as
-// committed and deleted; force-update "true" scales it away at once.
-func decideSuspend(o Observed, j lifecycle.Judgement) Action {
-	s, pod := o.Session, o.Pod
-	switch {
-	case pod == nil && j.CullDue && j.Status.CullAction == lullv1.IdleDelete:
-		return Action{Kind: DeleteSession, Reason: ReasonIdleCull,
-			Message: fmt.Sprintf("suspended session idle since %s, past idle.deleteAfter; deleting it", j.Status.IdleSince.UTC().Format(time.RFC3339))}
-	case pod == nil:
-		a := Action{Kind: Wait, Reason: ReasonSuspended, Message: "session is suspended"}
-		if !j.NextCheck.IsZero() {
-			a.RequeueAfter = j.NextCheck.Sub(o.Now) + time.Second/10
-		}
-		return a
-	case pod.DeletionTimestamp != nil:
-		return terminating(o, "suspending: ")
-	case Replicas(o) == 0:
-		return Action{Kind: Wait, Reason: ReasonSuspending, Drain: s.Status.Drain, Replacement: s.Status.Replacement,
-			Message: fmt.Sprintf("suspending: scaling pod %s away", pod.Name)}
-	}
-	if a, ok := replaceUnserved(o, false); ok {
-		a.Message = "suspending: " + a.Message
-		return a
-	}
-	want := manualRequest(s.Status, pod.UID, o.Now)
-	switch {
-	case s.Status.Drain == nil || s.Status.Drain.RequestID != want.RequestID:
-		return Action{Kind: RequestDrain, Reason: ReasonDrainRequested, Drain: want,
-			Message: fmt.Sprintf("session suspended; asked the runtime of pod %s to drain first (request %s)", pod.Name, want.RequestID)}
-	case drain.Answers(want, s.Status.Runtime, pod.UID):
-		return commitDrained(o, fmt.Sprintf("suspending: runtime of pod %s reported Drained for request %s; scaling it away", pod.Name, want.RequestID))
-	}
-	return Action{Kind: Wait, Reason: ReasonSuspending, Drain: s.Status.Drain,
-		Message: fmt.Sprintf("suspending: waiting for the runtime of pod %s to drain (request %s)", pod.Name, want.RequestID)}
-}
-
-// Replicas is the replica count the session's StatefulSet must have: 1,
-// or 0 for a suspended session whose pod is gone or terminating, forced
-// ("true"), or whose drained replacement is committed. Scaling to zero is a
-// destructive step like a delete, so a Drained report alone never scales
-// away: the commitment, written after the report was confirmed on the API
-// server, does.
-func Replicas(o Observed) int32 {
-	s, pod := o.Session, o.Pod
-	if !s.Spec.Suspend {
-		return 1
-	}
-	if pod == nil || pod.DeletionTimestamp != nil || s.Annotations[lullv1.AnnotationForceUpdate] == "true" {
-		return 0
-	}
-	if c := s.Status.Replacement; c != nil && c.PodUID == pod.UID && c.Reason == lullv1.ReplacementDrained {
-		return 0
-	}
-	return 1
 }
 
 func upToDateMessage(pod *corev1.Pod, update string) string {
