@@ -25,18 +25,7 @@ func newSuspendCommand() *cobra.Command {
 Once it reports Drained, the session's pod is scaled to zero; its
 workspace claims are kept. lull resume starts it again.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ns, err := k.client()
-			if err != nil {
-				return err
-			}
-			msg, err := suspendSession(cmd.Context(), c, ns, args[0])
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), msg)
-			return nil
-		},
+		RunE: onSession(&k, suspendSession),
 	}
 	k.bind(cmd)
 	return cmd
@@ -57,18 +46,7 @@ Once the controller has committed to the drained pod's replacement
 (status.replacement names the request) it is too late to keep the pod: run
 lull resume again once the session shows Suspended.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ns, err := k.client()
-			if err != nil {
-				return err
-			}
-			msg, err := resumeSession(cmd.Context(), c, ns, args[0])
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), msg)
-			return nil
-		},
+		RunE: onSession(&k, resumeSession),
 	}
 	k.bind(cmd)
 	return cmd
@@ -188,4 +166,21 @@ func sessionError(ns, name string, err error) error {
 		return fmt.Errorf("session %s/%s not found: check the name, and the namespace (-n); kubectl get sessions -n %s lists them", ns, name, ns)
 	}
 	return fmt.Errorf("session %s/%s: %w", ns, name, err)
+}
+
+// onSession returns a command body that runs do on the session named by
+// the command's one argument and prints what it says.
+func onSession(k *kubeFlags, do func(ctx context.Context, c client.Client, ns, name string) (string, error)) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		c, ns, err := k.client()
+		if err != nil {
+			return err
+		}
+		msg, err := do(cmd.Context(), c, ns, args[0])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), msg)
+		return nil
+	}
 }
