@@ -19,7 +19,8 @@ type IdlePolicy struct {
 	// (reason Idle) and suspended: its StatefulSet scaled to zero, its
 	// workspace claims kept, its spec.suspend set to true.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="idle.suspendAfter must not be negative; omit it or use 0 for never"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="idle.suspendAfter must not be negative; omit it or use 0s for never"
+	// +kubebuilder:validation:Pattern=`^-?([0-9]+(\.[0-9]*)?(ns|us|µs|ms|s|m|h))+$|^0$`
 	SuspendAfter *metav1.Duration `json:"suspendAfter,omitempty"`
 
 	// DeleteAfter is how long a session may be idle before it is drained
@@ -27,7 +28,8 @@ type IdlePolicy struct {
 	// its claims then follow persistentVolumeClaimRetentionPolicy. A
 	// suspended session counts as idle.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="idle.deleteAfter must not be negative; omit it or use 0 for never"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="idle.deleteAfter must not be negative; omit it or use 0s for never"
+	// +kubebuilder:validation:Pattern=`^-?([0-9]+(\.[0-9]*)?(ns|us|µs|ms|s|m|h))+$|^0$`
 	DeleteAfter *metav1.Duration `json:"deleteAfter,omitempty"`
 }
 

@@ -171,6 +171,7 @@ type AgentSpec struct {
 	// sooner and costs one status write per session per refresh.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('1h')",message="spec.agent.reportRefresh must be between 1s and 1h"
+	// +kubebuilder:validation:Pattern=`^-?([0-9]+(\.[0-9]*)?(ns|us|µs|ms|s|m|h))+$|^0$`
 	ReportRefresh *metav1.Duration `json:"reportRefresh,omitempty"`
 }
 
@@ -254,7 +255,8 @@ type SessionTemplateSpec struct {
 	// within the wave limit (maxUnavailable). The clock restarts with each
 	// new pod. Omitted or 0: never.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="duration(self) == duration('0s') || duration(self) >= duration('1m')",message="spec.maxLifetime must be at least 1m (or 0 for never): a shorter lifetime would restart sessions faster than they start"
+	// +kubebuilder:validation:XValidation:rule="duration(self) == duration('0s') || duration(self) >= duration('1m')",message="spec.maxLifetime must be at least 1m (or 0s for never): a shorter lifetime would restart sessions faster than they start"
+	// +kubebuilder:validation:Pattern=`^-?([0-9]+(\.[0-9]*)?(ns|us|µs|ms|s|m|h))+$|^0$`
 	MaxLifetime *metav1.Duration `json:"maxLifetime,omitempty"`
 }
 
@@ -369,7 +371,7 @@ type SessionTemplateStatus struct {
 // +kubebuilder:printcolumn:name="Stale",type=integer,JSONPath=`.status.stale`
 // +kubebuilder:printcolumn:name="Draining",type=integer,JSONPath=`.status.draining`
 // +kubebuilder:printcolumn:name="Paused",type=string,JSONPath=`.status.conditions[?(@.type=="RolloutPaused")].status`
-// +kubebuilder:printcolumn:name="Expected",type=date,JSONPath=`.status.expectedCompletion`
+// +kubebuilder:printcolumn:name="Expected",type=string,JSONPath=`.status.expectedCompletion`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be at most 63 characters: sessions carry it in the lull.dev/template label"
 type SessionTemplate struct {

@@ -108,7 +108,7 @@ func (r *Reconciler) deleteIdle(ctx context.Context, o rollout.Observed, a rollo
 func (r *Reconciler) recordLifecycle(s *lullv1.Session, pod *corev1.Pod, before lullv1.SessionPhase, next lullv1.SessionStatus, a rollout.Action, notReporting bool) {
 	switch {
 	case before != lullv1.SessionSuspended && next.Phase == lullv1.SessionSuspended:
-		r.Recorder.Eventf(s, nil, corev1.EventTypeNormal, "Suspended", "Suspend", "session suspended: its pod is gone, its workspace claims kept; `lull resume %s` resumes it", s.Name)
+		r.Recorder.Eventf(s, nil, corev1.EventTypeNormal, "Suspended", "Suspend", "session suspended: its pod is gone, its claims (if any) kept; `lull resume %s` resumes it", s.Name)
 	case before == lullv1.SessionSuspended && next.Phase != lullv1.SessionSuspended:
 		r.Recorder.Eventf(s, nil, corev1.EventTypeNormal, "Resumed", "Resume", "session resumed: a new pod starts on the update revision; its idle clock starts from the new pod's first report")
 	}

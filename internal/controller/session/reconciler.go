@@ -127,7 +127,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// Judged before the write: the patch refreshes s from the response.
 	updated := meta.IsStatusConditionTrue(next.Conditions, lullv1.ConditionUpToDate) &&
 		!meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionUpToDate) && s.Status.UpdateRevision != "" &&
-		s.Status.Phase != lullv1.SessionSuspended // a resume has its own Event
+		s.Status.Phase != lullv1.SessionSuspended && // a resume has its own Event
+		s.Status.CurrentRevision != next.CurrentRevision // a suspension taken back before its pod went updated nothing
 	stuck := (a.Reason == rollout.ReasonPodStuckTerminating || a.Reason == rollout.ReasonDrainOverdue) && !hasConditionReason(s, lullv1.ConditionUpToDate, a.Reason)
 	notReporting := conditionReason(next.Conditions, lullv1.ConditionActive) == rollout.ReasonRuntimeNotReporting &&
 		!hasConditionReason(s, lullv1.ConditionActive, rollout.ReasonRuntimeNotReporting)

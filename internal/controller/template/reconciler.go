@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -257,14 +258,16 @@ func statusPatch(st lullv1.SessionTemplateStatus, resourceVersion string) ([]byt
 	if err := json.Unmarshal(b, &fields); err != nil {
 		return nil, err
 	}
-	if st.OldestStaleSince == nil {
-		fields["oldestStaleSince"] = nil
-	}
-	if st.ExpectedCompletion == nil {
-		fields["expectedCompletion"] = nil
-	}
-	if len(st.Wave) == 0 {
-		fields["wave"] = nil
+	// A merge patch keeps every key it does not mention: a field left out
+	// as empty (omitempty) is written as null, which removes it, so a
+	// count back at 0, a pause lifted or a completion time withdrawn
+	// reaches the API server.
+	t := reflect.TypeFor[lullv1.SessionTemplateStatus]()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if _, ok := fields[name]; !ok && name != "" && name != "-" {
+			fields[name] = nil
+		}
 	}
 	return json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": resourceVersion}, "status": fields})
 }
