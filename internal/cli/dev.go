@@ -7,9 +7,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/demo"
 	"lull.dev/lull/internal/devcluster"
 	"lull.dev/lull/internal/localenv"
@@ -22,6 +24,7 @@ func newDevCommand() *cobra.Command {
 		stateDir string
 		runDemo  bool
 		keep     bool
+		strategy string
 		d        = demo.Defaults()
 	)
 	cmd := &cobra.Command{
@@ -36,19 +39,23 @@ With --demo, create sessions whose runtimes take turns, roll out a runtime
 update under the Drain strategy, show progress and print a summary; exit
 non-zero if any turn was interrupted.
 
+With --demo --strategy Passive, the templates have an idle limit
+(--idle-suspend-after) and a maximum lifetime (--max-lifetime); most
+sessions' users take a few turns and leave, a few keep working. The update
+drains no session: each moves when it is suspended for idleness (the demo
+resumes it a few seconds later, as its user coming back) or restarted at
+its maximum lifetime. The demo prints the convergence window the
+controller predicts (status.expectedCompletion) and, at the end, the
+prediction against the actual time.
+
 Ctrl-C stops every process lull dev started. Without --state-dir, state and
 logs go to a new temporary directory that is removed on exit, unless the
 demo failed: then it is kept and named. A --state-dir is never removed. The
 binaries come from 'make tools' (hack/build-tools.sh).`,
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
-			if d.Sessions < 1 {
-				return fmt.Errorf("--sessions must be at least 1, got %d", d.Sessions)
-			}
-			if d.TurnMin < 0 || d.TurnMax < 0 {
-				return fmt.Errorf("--turn-min (%s) and --turn-max (%s) must not be negative", d.TurnMin, d.TurnMax)
-			}
-			if d.TurnMin > d.TurnMax {
-				return fmt.Errorf("--turn-min (%s) must not be greater than --turn-max (%s)", d.TurnMin, d.TurnMax)
+			d.Strategy = lullv1.UpdateStrategy(strategy)
+			if err := validateDemo(d, cmd.Flags().Changed); err != nil {
+				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -102,7 +109,46 @@ binaries come from 'make tools' (hack/build-tools.sh).`,
 	f.IntVar(&d.Sessions, "sessions", d.Sessions, "demo: number of sessions")
 	f.DurationVar(&d.TurnMin, "turn-min", d.TurnMin, "demo: shortest turn")
 	f.DurationVar(&d.TurnMax, "turn-max", d.TurnMax, "demo: longest turn")
+	f.StringVar(&strategy, "strategy", string(d.Strategy), "demo: update strategy of the rollout, Drain or Passive")
+	f.DurationVar(&d.IdleSuspendAfter, "idle-suspend-after", d.IdleSuspendAfter, "demo, with --strategy Passive: the templates' idle.suspendAfter")
+	f.DurationVar(&d.MaxLifetime, "max-lifetime", d.MaxLifetime, "demo, with --strategy Passive: the templates' maxLifetime (at least 1m)")
 	return cmd
+}
+
+// passiveOnly are the demo flags that apply under --strategy Passive only.
+var passiveOnly = []string{"idle-suspend-after", "max-lifetime"}
+
+// validateDemo checks the demo's options; changed reports whether the user
+// set a flag.
+func validateDemo(d demo.Options, changed func(flag string) bool) error {
+	if d.Sessions < 1 {
+		return fmt.Errorf("--sessions must be at least 1, got %d", d.Sessions)
+	}
+	if d.TurnMin < 0 || d.TurnMax < 0 {
+		return fmt.Errorf("--turn-min (%s) and --turn-max (%s) must not be negative", d.TurnMin, d.TurnMax)
+	}
+	if d.TurnMin > d.TurnMax {
+		return fmt.Errorf("--turn-min (%s) must not be greater than --turn-max (%s)", d.TurnMin, d.TurnMax)
+	}
+	switch d.Strategy {
+	case lullv1.UpdateStrategyDrain:
+		for _, f := range passiveOnly {
+			if changed(f) {
+				return fmt.Errorf("--%s applies to --strategy Passive only", f)
+			}
+		}
+		return nil
+	case lullv1.UpdateStrategyPassive:
+	default:
+		return fmt.Errorf("--strategy must be Drain or Passive, got %q", d.Strategy)
+	}
+	if d.IdleSuspendAfter <= 0 {
+		return fmt.Errorf("--idle-suspend-after (%s) must be positive: the sessions whose users leave converge when suspended for idleness", d.IdleSuspendAfter)
+	}
+	if d.MaxLifetime < time.Minute {
+		return fmt.Errorf("--max-lifetime (%s) must be at least 1m, the shortest spec.maxLifetime allows", d.MaxLifetime)
+	}
+	return nil
 }
 
 // stateDir is where a local environment keeps its certificates, logs and

@@ -1,7 +1,7 @@
 // Package demo is the scenario `lull dev --demo` plays: sessions whose
 // runtimes are busy with turns, one runtime update rolled out under the
-// Drain strategy, progress as it happens, and a summary checked by an
-// independent auditor.
+// Drain strategy (or Passive: see runPassive), progress as it happens, and
+// a summary checked by an independent auditor.
 package demo
 
 import (
@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/audit"
 	"lull.dev/lull/internal/localenv"
 	"lull.dev/lull/internal/scenario"
@@ -26,15 +27,24 @@ type Options struct {
 	TurnMin, TurnMax, ThinkMax time.Duration
 	// Warmup is how long the sessions take turns before the rollout.
 	Warmup time.Duration
-	// Timeout bounds the rollout.
+	// Timeout bounds the rollout (under Passive, at least twice MaxLifetime
+	// and a minute).
 	Timeout time.Duration
-	Out     io.Writer
+	// Strategy is the rollout's update strategy: Drain or Passive.
+	Strategy lullv1.UpdateStrategy
+	// Under Passive: the templates' idle.suspendAfter and maxLifetime, the
+	// runtimes' report refresh interval, and how long after a session is
+	// suspended its user comes back (the demo resumes it).
+	IdleSuspendAfter, MaxLifetime, ReportRefresh, ResumeAfter time.Duration
+
+	Out io.Writer
 }
 
 // Defaults returns the options `lull dev --demo` uses.
 func Defaults() Options {
 	return Options{Namespace: "demo", Sessions: 12, TurnMin: time.Second, TurnMax: 8 * time.Second, ThinkMax: time.Second,
-		Warmup: 5 * time.Second, Timeout: 5 * time.Minute}
+		Warmup: 5 * time.Second, Timeout: 5 * time.Minute, Strategy: lullv1.UpdateStrategyDrain,
+		IdleSuspendAfter: 20 * time.Second, MaxLifetime: 2 * time.Minute, ReportRefresh: 2 * time.Second, ResumeAfter: 3 * time.Second}
 }
 
 // Summary is the demo's result.
@@ -48,16 +58,25 @@ type Summary struct {
 	Revisions        map[string]int
 	NewRevision      string
 	Violations       []string
+	// Passive is the convergence window of a Passive run; nil under Drain.
+	Passive *Passive
 }
 
 // OK reports whether the rollout kept the drain protocol: no interrupted
-// turn, no violation, every session on one new revision.
+// turn, no violation, every session on one new revision (under Passive:
+// every session on its template's new revision).
 func (s Summary) OK() bool {
+	if s.Passive != nil {
+		return s.TurnsInterrupted == 0 && len(s.Violations) == 0 && s.Passive.Converged
+	}
 	return s.TurnsInterrupted == 0 && len(s.Violations) == 0 && len(s.Revisions) == 1 && s.Revisions[s.NewRevision] == s.Sessions
 }
 
 // Run plays the demo on env.
 func Run(ctx context.Context, env *localenv.Env, o Options) (_ Summary, err error) {
+	if o.Strategy == lullv1.UpdateStrategyPassive {
+		return runPassive(ctx, env, o)
+	}
 	defer func() { err = scenario.Interrupted(ctx, err) }()
 	out := o.Out
 	c, err := scenario.NewClient(env.Cluster.Config)
@@ -142,6 +161,10 @@ func only(revs map[string]int) string {
 
 // Print writes the summary.
 func (s Summary) Print(w io.Writer) {
+	if s.Passive != nil {
+		s.printPassive(w)
+		return
+	}
 	fmt.Fprintf(w, "\nsummary\n")
 	fmt.Fprintf(w, "  sessions:            %d\n", s.Sessions)
 	fmt.Fprintf(w, "  pods replaced:       %d\n", s.Replaced)
