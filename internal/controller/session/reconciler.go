@@ -133,7 +133,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	notReporting := conditionReason(next.Conditions, lullv1.ConditionActive) == rollout.ReasonRuntimeNotReporting &&
 		!hasConditionReason(s, lullv1.ConditionActive, rollout.ReasonRuntimeNotReporting)
 	phaseBefore := s.Status.Phase
-	if err := r.writeStatus(ctx, s, next, a.Reason); err != nil {
+	if err := r.writeStatus(ctx, s, next, a.Reason); apierrors.IsConflict(err) {
+		// The status was computed from a version the API server has
+		// moved past (the runtime reported, the spec changed, the cache is
+		// behind): the compare-and-swap refused it, as it should. Compute
+		// it again from the newer version; this is not an error.
+		log.FromContext(ctx).V(1).Info("session changed since it was read; reconciling again", "resourceVersion", s.ResourceVersion)
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	} else if err != nil {
 		return ctrl.Result{}, err
 	}
 	r.recordLifecycle(s, o.Pod, phaseBefore, next, a, notReporting)
@@ -160,6 +167,11 @@ func conditionReason(conditions []metav1.Condition, typ string) string {
 	}
 	return ""
 }
+
+// conflictRetry is how soon a session whose status write met a newer
+// version is looked at again; the watch event of that version usually
+// comes first.
+const conflictRetry = 200 * time.Millisecond
 
 // SettleDelay is how long a passing state (rollout.Passing) must last before
 // it is written to status.
