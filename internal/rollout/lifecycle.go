@@ -34,11 +34,23 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 	s, pod, cur := o.Session, o.Pod, o.Session.Status.Drain
 	if cur != nil && cur.PodUID == pod.UID {
 		switch {
-		case cur.Reason == lullv1.DrainReasonIdle && stale && o.Admitted && updateHasDeadline(o.Policy) && !committedFor(s, cur):
+		case cur.Reason == lullv1.DrainReasonIdle && stale && updateHasDeadline(o.Policy) && !committedFor(s, cur):
 			// The update of a stale pod has a deadline (Replace, onDrainTimeout
 			// Replace, a break-glass): it takes over from an idle drain,
 			// which has none and must not hold a security fix off.
-			return Action{}, false
+			if o.Admitted {
+				return Action{}, false
+			}
+			// Until it has its place, the idle drain goes on, and the
+			// session says it waits for the wave: the template admits
+			// sessions that say so (PlanWave), and one whose idle drain is
+			// outstanding is not otherwise seen as waiting.
+			a := idleDrain(o, j)
+			if a.Kind == Wait && a.Reason == ReasonIdleCull {
+				a.Reason = ReasonWaitingForWave
+				a.Message += "; the update, which has a deadline, takes over once the session has a place in the rollout wave"
+			}
+			return a, true
 		case cur.Reason == lullv1.DrainReasonIdle:
 			return idleDrain(o, j), true
 		case cur.Reason == lullv1.DrainReasonLifetime && j.LifetimeDue:
@@ -177,7 +189,13 @@ func woke(o Observed, j lifecycle.Judgement) string {
 // updateHasDeadline reports whether the update policy moves a stale pod by
 // a deadline: the Replace strategy, or a drainTimeout with onDrainTimeout
 // Replace (a break-glass is one).
+//
+// Under Passive it never does: the update moves no running stale pod, and
+// drainTimeout and onDrainTimeout bound lifetime drains only.
 func updateHasDeadline(p lullv1.UpdatePolicy) bool {
+	if p.Strategy == lullv1.UpdateStrategyPassive {
+		return false
+	}
 	return p.Strategy == lullv1.UpdateStrategyReplace || (p.DrainTimeout != nil && p.OnDrainTimeout == lullv1.DrainTimeoutReplace)
 }
 
