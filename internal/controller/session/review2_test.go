@@ -1,0 +1,128 @@
+package session
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/rollout"
+)
+
+func deleteTemplate(t *testing.T, w *world) {
+	t.Helper()
+	if err := w.c.Delete(context.Background(), &lullv1.SessionTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "agent"}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The freshness of a report is judged by the API server's time of its
+// write (the managed-fields entry that owns status.runtime), never by the
+// runtime's reportedAt: a runtime clock behind the server's must not make
+// a fresh report look stale. A blocked session (its template gone) is
+// judged the same way: its Active condition must not say
+// RuntimeNotReporting for a runtime that reports.
+func TestBlockedSessionJudgesItsReportOnTheServersClock(t *testing.T) {
+	// The fake client keeps no managedFields: its reads carry the entry the
+	// API server would have, the runtime's write a second before t0.
+	written := metav1.NewTime(t0.Add(-time.Second))
+	w := newWorld(t, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
+			if err := c.Get(ctx, key, o, opts...); err != nil {
+				return err
+			}
+			if s, ok := o.(*lullv1.Session); ok {
+				s.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "lull-runtime", APIVersion: lullv1.GroupVersion.String(), Operation: metav1.ManagedFieldsOperationUpdate,
+					Subresource: "status", Time: &written, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:runtime":{".":{},"f:state":{}}}}`)}}}
+			}
+			return nil
+		},
+	}, func(s *lullv1.Session, pod *corev1.Pod) {
+		pod.Labels[appsv1.ControllerRevisionHashLabelKey] = "alice-new"
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		behind := metav1.NewTime(t0.Add(-10 * time.Minute)) // the runtime's clock is 10 minutes behind
+		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, State: lullv1.RuntimeServing, RefreshSeconds: 60, ReportedAt: &behind}
+	})
+	if got := ReportWrittenAt(w.session()); !got.Equal(written.Time) {
+		t.Fatalf("precondition: ReportWrittenAt %v, want %v", got, written)
+	}
+	if _, err := w.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(w.session().Status.Conditions, lullv1.ConditionActive); c == nil || c.Reason == rollout.ReasonRuntimeNotReporting {
+		t.Fatalf("precondition: Active %+v, want the fresh report judged reporting", c)
+	}
+	deleteTemplate(t, w)
+	w.clock.SetTime(t0.Add(time.Second))
+	if _, err := w.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	s := w.session()
+	if c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionReady); c == nil || c.Reason != rollout.ReasonTemplateNotFound {
+		t.Fatalf("precondition: Ready %+v, want TemplateNotFound", c)
+	}
+	if c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionActive); c == nil || c.Reason == rollout.ReasonRuntimeNotReporting {
+		t.Errorf("blocked session, report written a second ago by the API server's clock (reportedAt 10 minutes back by the runtime's): Active %+v; "+
+			"want it judged reporting, as an unblocked session is", c)
+	}
+}
+
+// Exactly one Suspended and one Resumed Event per suspension and resume,
+// "each tied to the status write that changes the phase". A blocked
+// session's status write changes the phase too (a suspended session's pod
+// goes while its template is missing; a resume while it is missing): the
+// Event must not be lost.
+func TestSuspendAndResumeWhileBlockedRecordTheirEvents(t *testing.T) {
+	w := newWorld(t, interceptor.Funcs{}, func(s *lullv1.Session, pod *corev1.Pod) {
+		pod.Labels[appsv1.ControllerRevisionHashLabelKey] = "alice-new"
+		s.Spec.Suspend = true
+	})
+	ctx := context.Background()
+	deleteTemplate(t, w)
+	if _, err := w.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	// The pod goes (the StatefulSet was scaled away earlier, or a node
+	// went): the phase becomes Suspended in a blocked write.
+	if err := w.c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice-0"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		w.clock.SetTime(t0.Add(time.Duration(i+1) * time.Minute))
+		if _, err := w.reconcile(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := w.session()
+	if s.Status.Phase != lullv1.SessionSuspended {
+		t.Fatalf("precondition: phase %s, want Suspended", s.Status.Phase)
+	}
+	// Resumed while the template is still missing.
+	s.Spec.Suspend = false
+	if err := w.c.Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		w.clock.SetTime(t0.Add(time.Duration(i+5) * time.Minute))
+		if _, err := w.reconcile(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := w.session(); s.Status.Phase == lullv1.SessionSuspended {
+		t.Fatalf("precondition: phase %s after the resume", s.Status.Phase)
+	}
+	n := map[string]int{}
+	for _, r := range w.eventReasons() {
+		n[r]++
+	}
+	if n["Suspended"] != 1 || n["Resumed"] != 1 {
+		t.Errorf("events %v; want one Suspended and one Resumed", n)
+	}
+}
