@@ -67,9 +67,18 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 				// drain has no deadline and must not hold the update off.
 				return Action{}, false
 			}
+			if cur.Deadline == nil && o.Policy.DrainTimeout != nil {
+				// A drainTimeout set while the drain is outstanding bounds
+				// it too, the whole timeout from now, on the same request
+				// ID (as an update's): the runtime is told when.
+				cur = cur.DeepCopy()
+				d := metav1.NewTime(deadlineAfter(o.Now, o.Policy.DrainTimeout.Duration))
+				cur.Deadline = &d
+			}
 			a := Action{Kind: Wait, Reason: ReasonLifetime, Drain: cur,
 				Message: fmt.Sprintf("pod %s reached its maximum lifetime at %s; waiting for its runtime to drain (request %s)", pod.Name, j.Status.LifetimeDeadline.UTC().Format(time.RFC3339), cur.RequestID)}
 			if cur.Deadline != nil {
+				a.Message += fmt.Sprintf("; deadline %s", cur.Deadline.UTC().Format(time.RFC3339))
 				a.RequeueAfter = cur.Deadline.Sub(o.Now) + time.Second/10
 			}
 			return a, true

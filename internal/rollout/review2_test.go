@@ -153,3 +153,34 @@ func TestPassiveStaleSessionIsCulledWhateverItsDrainTimeout(t *testing.T) {
 		}
 	})
 }
+
+// "The template's updatePolicy.drainTimeout and onDrainTimeout bound a
+// lifetime drain as they bound an update's", and "a deadline added while a
+// request is outstanding (a break-glass, a new drainTimeout) is set to the
+// whole timeout from then, on the same request ID". A lifetime drain
+// outstanding without a deadline (a runtime holding a turn) when the
+// template gets a drainTimeout must get the deadline, or it holds its place
+// in the wave for ever.
+func TestDrainTimeoutSetDuringALifetimeDrainBoundsIt(t *testing.T) {
+	f := idleFixture()
+	f.o.Lifecycle = lifecycle.Policy{MaxLifetime: 30 * time.Minute}
+	f.o.Session.Status.Runtime.ActiveTurns = 1
+	a := Decide(f.o)
+	if a.Kind != RequestDrain || a.Drain.Reason != lullv1.DrainReasonLifetime || a.Drain.Deadline != nil {
+		t.Fatalf("lifetime due, no drainTimeout: %s/%s %+v; want a Lifetime request without a deadline", a.Kind, a.Reason, a.Drain)
+	}
+	outstanding(&f.o, a.Drain)
+	id := a.Drain.RequestID
+	f.o.Policy.DrainTimeout = &metav1.Duration{Duration: time.Minute}
+	f.o.Policy.OnDrainTimeout = lullv1.DrainTimeoutReplace
+	a = Decide(f.o)
+	if a.Drain == nil || a.Drain.RequestID != id || a.Drain.Deadline == nil || !a.Drain.Deadline.Time.Equal(now.Add(time.Minute)) {
+		t.Fatalf("drainTimeout 1m set during the lifetime drain: %s/%s %+v; want request %s kept with a deadline a minute on", a.Kind, a.Reason, a.Drain, id)
+	}
+	outstanding(&f.o, a.Drain)
+	f.o.Now = now.Add(2 * time.Minute)
+	f.o.ReportWrittenAt = f.o.Now.Add(-time.Second)
+	if a := Decide(f.o); a.Kind != DeletePod || a.Reason != ReasonDrainDeadlineExceeded {
+		t.Fatalf("past the added deadline: %s/%s; want DeletePod", a.Kind, a.Reason)
+	}
+}
