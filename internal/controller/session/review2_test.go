@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/drain"
 	"lull.dev/lull/internal/rollout"
 )
 
@@ -124,5 +125,59 @@ func TestSuspendAndResumeWhileBlockedRecordTheirEvents(t *testing.T) {
 	}
 	if n["Suspended"] != 1 || n["Resumed"] != 1 {
 		t.Errorf("events %v; want one Suspended and one Resumed", n)
+	}
+}
+
+// An update with a deadline takes over an idle drain of a stale pod once
+// admitted: the runtime's Drained answer to the Idle request is not an
+// answer to the Update request. The pod is deleted only on a Drained report
+// for the Update request (or past its deadline), never on the Idle one.
+func TestUpdateTakeoverDoesNotCountTheIdleAnswer(t *testing.T) {
+	w := newWorld(t, interceptor.Funcs{}, func(s *lullv1.Session, pod *corev1.Pod) {
+		// pod stays on the stale revision (alice-old)
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		last := metav1.NewTime(t0.Add(-time.Hour))
+		id := drain.RequestID(pod.UID, lullv1.DrainReasonIdle, 1)
+		s.Status.DrainSequence = 1
+		s.Status.Drain = &lullv1.DrainRequest{RequestID: id, PodUID: pod.UID, Reason: lullv1.DrainReasonIdle, Sequence: 1, RequestedAt: metav1.NewTime(t0.Add(-time.Second))}
+		reported := metav1.NewTime(t0.Add(-time.Second))
+		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, RequestID: id, State: lullv1.RuntimeDrained, LastActivity: &last, RefreshSeconds: 10, ReportedAt: &reported}
+		s.Status.Lifecycle = &lullv1.LifecycleStatus{IdlePodUID: pod.UID, IdleSince: &last, IdleActivity: &last}
+	})
+	ctx := context.Background()
+	tmpl := &lullv1.SessionTemplate{}
+	if err := w.c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "agent"}, tmpl); err != nil {
+		t.Fatal(err)
+	}
+	tmpl.Spec.Idle = &lullv1.IdlePolicy{SuspendAfter: &metav1.Duration{Duration: 30 * time.Minute}}
+	tmpl.Spec.UpdatePolicy = lullv1.UpdatePolicy{DrainTimeout: &metav1.Duration{Duration: 5 * time.Minute}, OnDrainTimeout: lullv1.DrainTimeoutReplace}
+	if err := w.c.Update(ctx, tmpl); err != nil {
+		t.Fatal(err)
+	}
+	// The wave's place (sequence 1) was taken by the idle drain.
+	for i := range 3 {
+		w.clock.SetTime(t0.Add(time.Duration(i) * time.Second))
+		if _, err := w.reconcile(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := w.session()
+	if d := s.Status.Drain; d == nil || d.Reason != lullv1.DrainReasonUpdate || d.Deadline == nil {
+		t.Fatalf("drain %+v; want the update's request, with its deadline, in place of the idle drain", d)
+	}
+	if s.Status.Replacement != nil || len(w.deletes) != 0 || s.Spec.Suspend {
+		t.Fatalf("replacement %+v, deletes %d, suspend %v: the runtime's Drained for the Idle request answered the Update request", s.Status.Replacement, len(w.deletes), s.Spec.Suspend)
+	}
+	// The runtime answers the Update request: committed, then deleted.
+	s.Status.Runtime.RequestID, s.Status.Runtime.ReportedAt = s.Status.Drain.RequestID, &metav1.Time{Time: t0.Add(3 * time.Second)}
+	if err := w.c.Status().Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	w.clock.SetTime(t0.Add(4 * time.Second))
+	if _, err := w.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.deletes) != 1 || w.deletes[0].Preconditions == nil || *w.deletes[0].Preconditions.UID != w.podUID {
+		t.Fatalf("deletes %+v; want the pod deleted on the Update answer", w.deletes)
 	}
 }
