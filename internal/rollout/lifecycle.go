@@ -152,12 +152,24 @@ func idleDrain(o Observed, j lifecycle.Judgement) Action {
 // committed pod is replaced and the session keeps running.
 func finishCull(o Observed, j lifecycle.Judgement) (Action, bool) {
 	s, c, d := o.Session, o.Session.Status.Replacement, o.Session.Status.Drain
-	if s.Spec.Suspend || c.Reason != lullv1.ReplacementDrained || d == nil || d.Reason != lullv1.DrainReasonIdle || d.RequestID != c.RequestID || !j.CullDue {
+	if c.Reason != lullv1.ReplacementDrained || d == nil || d.Reason != lullv1.DrainReasonIdle || d.RequestID != c.RequestID {
 		return Action{}, false
 	}
 	if s.Annotations[lullv1.AnnotationIdleSuspended] == d.RequestID {
 		// This cull suspended the session already, and it was resumed
 		// before its pod was scaled away: the pod is replaced instead.
+		return Action{}, false
+	}
+	if s.Spec.Suspend {
+		// Someone else suspended the session while its idle cull was
+		// committed: the suspension scales the pod away. The request is
+		// named in lull.dev/idle-suspended all the same (SuspendSession
+		// with spec.suspend already true), so that a resume before the
+		// pod is gone is not undone by suspending again for this cull.
+		return Action{Kind: SuspendSession, Reason: ReasonSuspending, Drain: d, Replacement: c,
+			Message: fmt.Sprintf("session suspended while its idle cull (request %s) was committed; recording the cull as done", d.RequestID)}, true
+	}
+	if !j.CullDue {
 		return Action{}, false
 	}
 	since := j.Status.IdleSince.UTC().Format(time.RFC3339)

@@ -181,3 +181,45 @@ func TestUpdateTakeoverDoesNotCountTheIdleAnswer(t *testing.T) {
 		t.Fatalf("deletes %+v; want the pod deleted on the Update answer", w.deletes)
 	}
 }
+
+// A resume is a resume, whoever suspended. The idle cull's drained pod is
+// committed; before the controller suspends the session, its user does
+// (lull suspend, or kubectl), and then resumes it before the pod is scaled
+// away. The controller must not suspend the session again for that cull:
+// it replaces the committed pod, and the session runs on a new one.
+func TestResumeAfterAUserSuspendDuringACommittedIdleCullIsNotUndone(t *testing.T) {
+	w := committedIdleWorld(t, interceptor.Funcs{})
+	ctx := context.Background()
+	s := w.session()
+	s.Spec.Suspend = true // the user's suspend, first
+	if err := w.c.Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	s = w.session()
+	s.Spec.Suspend = false // lull resume, before the pod is scaled away
+	if err := w.c.Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		w.clock.SetTime(t0.Add(time.Duration(i+1) * time.Second))
+		if _, err := w.reconcile(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := w.session(); s.Spec.Suspend {
+		t.Fatal("the user resumed the session, and the controller suspended it again for the idle cull")
+	}
+	if len(w.deletes) != 1 || w.deletes[0].Preconditions == nil || *w.deletes[0].Preconditions.UID != w.podUID {
+		t.Errorf("deletes %+v; want the committed pod replaced (UID precondition)", w.deletes)
+	}
+	n := map[string]int{}
+	for _, r := range w.eventReasons() {
+		n[r]++
+	}
+	if n["IdleSuspend"] != 0 {
+		t.Errorf("events %v; the controller did not suspend the session: no IdleSuspend", n)
+	}
+}
