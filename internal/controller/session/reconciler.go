@@ -295,8 +295,20 @@ func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.
 // Once it has landed, no controller withdraws the request (rollout.Decide
 // finishes committed replacements), and the runtime holds, until its pod is
 // gone.
+//
+// The commit is the step's status write: the lifecycle Events it causes (a
+// runtime that stopped reporting, a change of phase) are recorded with it.
 func (r *Reconciler) commit(ctx context.Context, o rollout.Observed, a rollout.Action) error {
-	return r.writeStatus(ctx, o.Session, rollout.NextStatus(o, a), a.Reason)
+	s := o.Session
+	next := rollout.NextStatus(o, a)
+	notReporting := conditionReason(next.Conditions, lullv1.ConditionActive) == rollout.ReasonRuntimeNotReporting &&
+		!hasConditionReason(s, lullv1.ConditionActive, rollout.ReasonRuntimeNotReporting)
+	phaseBefore := s.Status.Phase
+	if err := r.writeStatus(ctx, s, next, a.Reason); err != nil {
+		return err
+	}
+	r.recordLifecycle(s, o.Pod, phaseBefore, next, a, notReporting)
+	return nil
 }
 
 // deletePod deletes the pod named by a with a UID precondition. A 404 or

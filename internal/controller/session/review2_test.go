@@ -223,3 +223,35 @@ func TestResumeAfterAUserSuspendDuringACommittedIdleCullIsNotUndone(t *testing.T
 		t.Errorf("events %v; the controller did not suspend the session: no IdleSuspend", n)
 	}
 }
+
+// One RuntimeNotReporting Warning Event per episode: the status write that
+// first says RuntimeNotReporting records it, whichever write that is. The
+// commitment of a drained pod is such a write when the runtime answered
+// Drained and then stopped reporting before the controller committed.
+func TestNotReportingSaidByACommitIsRecorded(t *testing.T) {
+	w := drainedWorld(t, interceptor.Funcs{})
+	s := w.session()
+	old := metav1.NewTime(t0.Add(-time.Hour))
+	s.Status.Runtime.RefreshSeconds, s.Status.Runtime.ReportedAt = 10, &old
+	if err := w.c.Status().Update(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	s = w.session()
+	if s.Status.Replacement == nil {
+		t.Fatalf("precondition: replacement %+v, want the Drained answer committed", s.Status.Replacement)
+	}
+	c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionActive)
+	if c == nil || c.Reason != rollout.ReasonRuntimeNotReporting {
+		t.Skipf("the commit did not say RuntimeNotReporting (Active %+v)", c)
+	}
+	n := map[string]int{}
+	for _, r := range w.eventReasons() {
+		n[r]++
+	}
+	if n[rollout.ReasonRuntimeNotReporting] != 1 {
+		t.Errorf("events %v: the commit wrote Active=Unknown RuntimeNotReporting; want its one Warning Event", n)
+	}
+}
