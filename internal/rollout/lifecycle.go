@@ -75,6 +75,16 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 				d := metav1.NewTime(deadlineAfter(o.Now, o.Policy.DrainTimeout.Duration))
 				cur.Deadline = &d
 			}
+			if !canAnswer(j.State) && (cur.Deadline == nil || o.Policy.OnDrainTimeout != lullv1.DrainTimeoutReplace) {
+				// The runtime stopped reporting: it cannot answer, and no
+				// deadline will replace the pod. The request is withdrawn,
+				// releasing its place in the wave, as a lifetime drain is
+				// not started for such a runtime; it is issued again once
+				// the runtime reports.
+				return Action{Kind: Wait, Reason: ReasonLifetime,
+					Message: fmt.Sprintf("pod %s reached its maximum lifetime at %s; its runtime stopped reporting, so lifetime drain %s is withdrawn until it reports again",
+						pod.Name, j.Status.LifetimeDeadline.UTC().Format(time.RFC3339), cur.RequestID)}, true
+			}
 			a := Action{Kind: Wait, Reason: ReasonLifetime, Drain: cur,
 				Message: fmt.Sprintf("pod %s reached its maximum lifetime at %s; waiting for its runtime to drain (request %s)", pod.Name, j.Status.LifetimeDeadline.UTC().Format(time.RFC3339), cur.RequestID)}
 			if cur.Deadline != nil {
@@ -99,7 +109,7 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 				j.Status.IdleSince.UTC().Format(time.RFC3339), pod.Name, culled(j.Status.CullAction), r.RequestID)}, true
 	case j.LifetimeDue && (!stale || o.Policy.Strategy == lullv1.UpdateStrategyPassive):
 		deadline := j.Status.LifetimeDeadline.UTC().Format(time.RFC3339)
-		if j.State != lifecycle.Active && j.State != lifecycle.Idle && j.State != lifecycle.Unjudged {
+		if !canAnswer(j.State) {
 			// A runtime that has not reported, or whose report is stale,
 			// could not answer the drain: it would hold a place in the wave
 			// and starve every other lifetime restart. It waits until it
@@ -205,6 +215,13 @@ func woke(o Observed, j lifecycle.Judgement) string {
 		return "the idle policy no longer culls it"
 	}
 	return fmt.Sprintf("activity at %s; the session is idle again since then", j.Status.IdleSince.UTC().Format(time.RFC3339))
+}
+
+// canAnswer reports whether a runtime in lifecycle state st can answer a
+// drain request: it reports, and its report is fresh (or its freshness
+// cannot be judged).
+func canAnswer(st lifecycle.State) bool {
+	return st == lifecycle.Active || st == lifecycle.Idle || st == lifecycle.Unjudged
 }
 
 // updateHasDeadline reports whether the update policy moves a stale pod by

@@ -184,3 +184,42 @@ func TestDrainTimeoutSetDuringALifetimeDrainBoundsIt(t *testing.T) {
 		t.Fatalf("past the added deadline: %s/%s; want DeletePod", a.Kind, a.Reason)
 	}
 }
+
+// "A runtime that is not reporting is not drained for its lifetime until it
+// reports again: it could not answer, and would hold its place in the wave
+// from every other session." The same holds for one that stops reporting
+// during its lifetime drain: unless the drain's deadline replaces the pod,
+// the request is withdrawn (its place released), and issued again, under a
+// new place, once the runtime reports.
+func TestLifetimeDrainOfARuntimeThatStopsReportingIsWithdrawn(t *testing.T) {
+	f := idleFixture()
+	f.o.Lifecycle = lifecycle.Policy{MaxLifetime: 30 * time.Minute}
+	f.o.Session.Status.Runtime.ActiveTurns = 1
+	a := Decide(f.o)
+	if a.Kind != RequestDrain || a.Drain.Reason != lullv1.DrainReasonLifetime {
+		t.Fatalf("lifetime due: %s/%s; want a Lifetime request", a.Kind, a.Reason)
+	}
+	outstanding(&f.o, a.Drain)
+	f.o.ReportWrittenAt = now.Add(-time.Hour) // it stopped reporting
+	a = Decide(f.o)
+	if a.Drain != nil {
+		t.Fatalf("lifetime drain of a runtime no longer reporting: %s/%s drain %+v; want it withdrawn, its place released", a.Kind, a.Reason, a.Drain)
+	}
+	s := written(f.o, a)
+	wave := PlanWave([]lullv1.WaveEntry{{Session: "s", Sequence: 1, AdmittedAt: metav1.NewTime(now.Add(-time.Minute))}}, []lullv1.Session{s}, 1, now, "")
+	if len(wave) != 0 {
+		t.Errorf("wave %+v; want the place released", wave)
+	}
+	// With a deadline that replaces the pod, the drain is kept: the
+	// deadline bounds it.
+	f = idleFixture()
+	f.o.Lifecycle = lifecycle.Policy{MaxLifetime: 30 * time.Minute}
+	f.o.Session.Status.Runtime.ActiveTurns = 1
+	f.o.Policy.DrainTimeout, f.o.Policy.OnDrainTimeout = &metav1.Duration{Duration: time.Minute}, lullv1.DrainTimeoutReplace
+	a = Decide(f.o)
+	outstanding(&f.o, a.Drain)
+	f.o.ReportWrittenAt = now.Add(-time.Hour)
+	if a := Decide(f.o); a.Drain == nil || a.Drain.Reason != lullv1.DrainReasonLifetime {
+		t.Errorf("lifetime drain with a Replace deadline, runtime not reporting: %s/%s; want it kept until its deadline", a.Kind, a.Reason)
+	}
+}
