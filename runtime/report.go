@@ -64,18 +64,28 @@ type reporter struct {
 
 	mu       sync.Mutex
 	latestRV string // the Session version the runtime last applied
-	// movedOn: in that version the session names another pod as its pod.
-	// This runtime's report would then only overwrite that pod's, so it is
-	// no longer refreshed.
+	// named: a version the runtime applied named this runtime's pod as
+	// the session's pod.
+	named bool
+	// movedOn: the session named this runtime's pod, and in the version
+	// last applied it names another pod as its pod: this runtime was
+	// replaced. Its report would then only overwrite that pod's, so it is
+	// no longer refreshed. A runtime whose session has not yet named its
+	// pod (a new pod, while the session still names the pod it replaced:
+	// the controller is behind or down) was not replaced, and refreshes.
 	movedOn bool
 }
 
-// seen records the Session version the runtime has just applied, and
-// whether in it the session names another pod than this runtime's.
-func (r *reporter) seen(resourceVersion string, movedOn bool) {
+// seen records the Session version the runtime has just applied, and the
+// pod the session names as its pod in it ("" for none).
+func (r *reporter) seen(resourceVersion string, sessionPod types.UID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.latestRV, r.movedOn = resourceVersion, movedOn
+	r.latestRV = resourceVersion
+	if sessionPod == r.pod {
+		r.named = true
+	}
+	r.movedOn = r.named && sessionPod != "" && sessionPod != r.pod
 }
 
 func (r *reporter) sessionMovedOn() bool {
@@ -170,7 +180,7 @@ func (r *reporter) run(ctx context.Context) {
 		}
 		now := time.Now()
 		if same && r.sessionMovedOn() {
-			// The session names another pod: a heartbeat would only
+			// The session moved on to another pod: a heartbeat would only
 			// overwrite that pod's report. Look again a refresh later, in
 			// case it names this pod again.
 			timer.Reset(r.refresh)

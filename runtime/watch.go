@@ -102,7 +102,7 @@ func (r *Runtime) apply(s *lullv1.Session) {
 	r.gate.SetNotice(notice(s, r.cfg.PodUID))
 	// Only now is this version applied: an opening report written with it
 	// as its precondition must not land before the gate has acted on it.
-	r.reporter.seen(s.ResourceVersion, s.Status.PodUID != "" && s.Status.PodUID != r.cfg.PodUID)
+	r.reporter.seen(s.ResourceVersion, s.Status.PodUID)
 }
 
 // getSession reads the Session, retrying with backoff until it succeeds or

@@ -116,6 +116,11 @@ func resumeOnce(ctx context.Context, c client.Client, ns, name string) (string, 
 			return "", err
 		}
 		return fmt.Sprintf("session %s/%s: resumed", ns, name), nil
+	case idle != "" && s.Annotations[lullv1.AnnotationIdleSuspended] == idle:
+		// The cull suspended the session, and it was resumed before its
+		// pod was scaled away: the controller replaces the drained pod,
+		// and the session keeps running.
+		return fmt.Sprintf("session %s/%s: already resumed; its pod, drained for idle drain %s, is being replaced and the session keeps running", ns, name, idle), nil
 	case idle != "":
 		if l := s.Status.Lifecycle; l != nil && l.CullAction == lullv1.IdleDelete {
 			return "", fmt.Errorf("session %s/%s: too late to keep it: the replacement of its pod for idle drain %s is committed and the session is being deleted for inactivity; create it again", ns, name, idle)

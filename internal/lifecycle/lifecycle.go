@@ -241,6 +241,10 @@ func idleSince(o Observed, prev *lullv1.LifecycleStatus) *metav1.Time {
 	}
 	activity = serverTime(o, activity)
 	switch {
+	case activity == nil && prev.IdleSince != nil:
+		// The runtime lost its lastActivity (restarted in its pod, its
+		// memory gone): nothing happened, and the clock holds.
+		return prev.IdleSince.DeepCopy()
 	case activity == nil || activity.After(now):
 		// No activity yet, or a time in the future (clock skew, forgery):
 		// counted as now, and held from now on while it stays the same.

@@ -207,3 +207,24 @@ func TestFirstReportOfANewPodStartsTheClockEvenAfterNoReport(t *testing.T) {
 		t.Fatalf("first report of the new pod: %+v; want idleSince now, not the earlier activity", j.Status)
 	}
 }
+
+// Only real work moves the idle clock. A runtime restarted in its pod (the
+// agent's container restarted, its memory gone) reports no lastActivity
+// until the next real activity: nothing happened, so the clock holds, as
+// it does for an activity that moved back. Restarting it would keep a
+// session whose agent restarts more often than suspendAfter from ever
+// being culled.
+func TestRuntimeRestartThatLosesLastActivityDoesNotRestartTheIdleClock(t *testing.T) {
+	s := session(0, nil) // the restarted runtime's first report
+	s.Status.Lifecycle = &lullv1.LifecycleStatus{IdlePodUID: "p1", IdleSince: at(-20 * time.Minute), IdleActivity: at(-20 * time.Minute)}
+	j := judge(s, pod("p1", -time.Hour), 0, -time.Second, Policy{SuspendAfter: 30 * time.Minute})
+	if j.State != Idle || j.Status.IdleSince == nil || !j.Status.IdleSince.Equal(at(-20*time.Minute)) {
+		t.Fatalf("same pod, idle since -20m, runtime restarted (no lastActivity): %+v; want the clock held at -20m", j.Status)
+	}
+	// Held from then on while the report stays so.
+	s.Status.Lifecycle = j.Status
+	j = judge(s, pod("p1", -time.Hour), 11*time.Minute, 11*time.Minute-time.Second, Policy{SuspendAfter: 30 * time.Minute})
+	if !j.CullDue {
+		t.Fatalf("31 minutes idle across a runtime restart: %+v; want the cull due", j.Status)
+	}
+}

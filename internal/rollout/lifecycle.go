@@ -34,11 +34,23 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 	s, pod, cur := o.Session, o.Pod, o.Session.Status.Drain
 	if cur != nil && cur.PodUID == pod.UID {
 		switch {
-		case cur.Reason == lullv1.DrainReasonIdle && stale && o.Admitted && updateHasDeadline(o.Policy) && !committedFor(s, cur):
+		case cur.Reason == lullv1.DrainReasonIdle && stale && updateHasDeadline(o.Policy) && !committedFor(s, cur):
 			// The update of a stale pod has a deadline (Replace, onDrainTimeout
 			// Replace, a break-glass): it takes over from an idle drain,
 			// which has none and must not hold a security fix off.
-			return Action{}, false
+			if o.Admitted {
+				return Action{}, false
+			}
+			// Until it has its place, the idle drain goes on, and the
+			// session says it waits for the wave: the template admits
+			// sessions that say so (PlanWave), and one whose idle drain is
+			// outstanding is not otherwise seen as waiting.
+			a := idleDrain(o, j)
+			if a.Kind == Wait && a.Reason == ReasonIdleCull {
+				a.Reason = ReasonWaitingForWave
+				a.Message += "; the update, which has a deadline, takes over once the session has a place in the rollout wave"
+			}
+			return a, true
 		case cur.Reason == lullv1.DrainReasonIdle:
 			return idleDrain(o, j), true
 		case cur.Reason == lullv1.DrainReasonLifetime && j.LifetimeDue:
@@ -55,9 +67,28 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 				// drain has no deadline and must not hold the update off.
 				return Action{}, false
 			}
+			if cur.Deadline == nil && o.Policy.DrainTimeout != nil {
+				// A drainTimeout set while the drain is outstanding bounds
+				// it too, the whole timeout from now, on the same request
+				// ID (as an update's): the runtime is told when.
+				cur = cur.DeepCopy()
+				d := metav1.NewTime(deadlineAfter(o.Now, o.Policy.DrainTimeout.Duration))
+				cur.Deadline = &d
+			}
+			if !canAnswer(j.State) && (cur.Deadline == nil || o.Policy.OnDrainTimeout != lullv1.DrainTimeoutReplace) {
+				// The runtime stopped reporting: it cannot answer, and no
+				// deadline will replace the pod. The request is withdrawn,
+				// releasing its place in the wave, as a lifetime drain is
+				// not started for such a runtime; it is issued again once
+				// the runtime reports.
+				return Action{Kind: Wait, Reason: ReasonLifetime,
+					Message: fmt.Sprintf("pod %s reached its maximum lifetime at %s; its runtime stopped reporting, so lifetime drain %s is withdrawn until it reports again",
+						pod.Name, j.Status.LifetimeDeadline.UTC().Format(time.RFC3339), cur.RequestID)}, true
+			}
 			a := Action{Kind: Wait, Reason: ReasonLifetime, Drain: cur,
 				Message: fmt.Sprintf("pod %s reached its maximum lifetime at %s; waiting for its runtime to drain (request %s)", pod.Name, j.Status.LifetimeDeadline.UTC().Format(time.RFC3339), cur.RequestID)}
 			if cur.Deadline != nil {
+				a.Message += fmt.Sprintf("; deadline %s", cur.Deadline.UTC().Format(time.RFC3339))
 				a.RequeueAfter = cur.Deadline.Sub(o.Now) + time.Second/10
 			}
 			return a, true
@@ -78,7 +109,7 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 				j.Status.IdleSince.UTC().Format(time.RFC3339), pod.Name, culled(j.Status.CullAction), r.RequestID)}, true
 	case j.LifetimeDue && (!stale || o.Policy.Strategy == lullv1.UpdateStrategyPassive):
 		deadline := j.Status.LifetimeDeadline.UTC().Format(time.RFC3339)
-		if j.State != lifecycle.Active && j.State != lifecycle.Idle && j.State != lifecycle.Unjudged {
+		if !canAnswer(j.State) {
 			// A runtime that has not reported, or whose report is stale,
 			// could not answer the drain: it would hold a place in the wave
 			// and starve every other lifetime restart. It waits until it
@@ -131,12 +162,24 @@ func idleDrain(o Observed, j lifecycle.Judgement) Action {
 // committed pod is replaced and the session keeps running.
 func finishCull(o Observed, j lifecycle.Judgement) (Action, bool) {
 	s, c, d := o.Session, o.Session.Status.Replacement, o.Session.Status.Drain
-	if s.Spec.Suspend || c.Reason != lullv1.ReplacementDrained || d == nil || d.Reason != lullv1.DrainReasonIdle || d.RequestID != c.RequestID || !j.CullDue {
+	if c.Reason != lullv1.ReplacementDrained || d == nil || d.Reason != lullv1.DrainReasonIdle || d.RequestID != c.RequestID {
 		return Action{}, false
 	}
 	if s.Annotations[lullv1.AnnotationIdleSuspended] == d.RequestID {
 		// This cull suspended the session already, and it was resumed
 		// before its pod was scaled away: the pod is replaced instead.
+		return Action{}, false
+	}
+	if s.Spec.Suspend {
+		// Someone else suspended the session while its idle cull was
+		// committed: the suspension scales the pod away. The request is
+		// named in lull.dev/idle-suspended all the same (SuspendSession
+		// with spec.suspend already true), so that a resume before the
+		// pod is gone is not undone by suspending again for this cull.
+		return Action{Kind: SuspendSession, Reason: ReasonSuspending, Drain: d, Replacement: c,
+			Message: fmt.Sprintf("session suspended while its idle cull (request %s) was committed; recording the cull as done", d.RequestID)}, true
+	}
+	if !j.CullDue {
 		return Action{}, false
 	}
 	since := j.Status.IdleSince.UTC().Format(time.RFC3339)
@@ -174,10 +217,23 @@ func woke(o Observed, j lifecycle.Judgement) string {
 	return fmt.Sprintf("activity at %s; the session is idle again since then", j.Status.IdleSince.UTC().Format(time.RFC3339))
 }
 
+// canAnswer reports whether a runtime in lifecycle state st can answer a
+// drain request: it reports, and its report is fresh (or its freshness
+// cannot be judged).
+func canAnswer(st lifecycle.State) bool {
+	return st == lifecycle.Active || st == lifecycle.Idle || st == lifecycle.Unjudged
+}
+
 // updateHasDeadline reports whether the update policy moves a stale pod by
 // a deadline: the Replace strategy, or a drainTimeout with onDrainTimeout
 // Replace (a break-glass is one).
+//
+// Under Passive it never does: the update moves no running stale pod, and
+// drainTimeout and onDrainTimeout bound lifetime drains only.
 func updateHasDeadline(p lullv1.UpdatePolicy) bool {
+	if p.Strategy == lullv1.UpdateStrategyPassive {
+		return false
+	}
 	return p.Strategy == lullv1.UpdateStrategyReplace || (p.DrainTimeout != nil && p.OnDrainTimeout == lullv1.DrainTimeoutReplace)
 }
 

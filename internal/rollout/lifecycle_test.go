@@ -210,8 +210,10 @@ func TestUpdateWithADeadlineTakesOverFromAnIdleDrain(t *testing.T) {
 		t.Fatalf("stale, idle drain outstanding, update with a deadline admitted: %s/%s %+v; want an Update request with a deadline", a.Kind, a.Reason, a.Drain)
 	}
 	f.o.Admitted = false
-	if a := Decide(f.o); a.Kind != Wait || a.Reason != ReasonIdleCull || a.Drain == nil || a.Drain.Reason != lullv1.DrainReasonIdle {
-		t.Fatalf("not admitted: %s/%s; want the idle drain to go on", a.Kind, a.Reason)
+	// The idle drain goes on, and the session says it waits for its place
+	// (the template admits sessions that say so).
+	if a := Decide(f.o); a.Kind != Wait || a.Reason != ReasonWaitingForWave || a.Drain == nil || a.Drain.Reason != lullv1.DrainReasonIdle {
+		t.Fatalf("not admitted: %s/%s; want the idle drain to go on, waiting for the wave", a.Kind, a.Reason)
 	}
 	// Without a deadline the idle cull goes first: it moves the session too.
 	f.o.Admitted = true

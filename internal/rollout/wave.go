@@ -56,7 +56,9 @@ func MaxUnavailable(p lullv1.UpdatePolicy, running int) int {
 // the wave holds an entry for it with the sequence number the request
 // takes, or it already drains under its place (an entry whose sequence it
 // has issued, with its request outstanding: a re-request for a newer
-// revision keeps the place).
+// revision keeps the place). An idle drain that took the place's sequence
+// number (the idle cull went first) holds the place too: an update with a
+// deadline takes over from it under that place.
 func Admitted(wave []lullv1.WaveEntry, s *lullv1.Session) bool {
 	for _, e := range wave {
 		if e.Session != s.Name {
@@ -64,7 +66,8 @@ func Admitted(wave []lullv1.WaveEntry, s *lullv1.Session) bool {
 		}
 		next := s.Status.DrainSequence + 1
 		d := s.Status.Drain
-		return e.Sequence == next || (e.Sequence <= s.Status.DrainSequence && d != nil && (d.Reason == lullv1.DrainReasonUpdate || d.Reason == lullv1.DrainReasonLifetime))
+		return e.Sequence == next || (e.Sequence <= s.Status.DrainSequence && d != nil &&
+			(d.Reason == lullv1.DrainReasonUpdate || d.Reason == lullv1.DrainReasonLifetime || d.Reason == lullv1.DrainReasonIdle))
 	}
 	return false
 }
@@ -192,11 +195,23 @@ func waitingForWave(o Observed, current *lullv1.DrainRequest) Action {
 }
 
 // LifetimeDue reports whether a running session's pod has reached its
-// maximum lifetime (status.lifecycle.lifetimeDeadline) and nothing of a move
-// is outstanding: it waits for a place in the wave to restart.
+// maximum lifetime (status.lifecycle.lifetimeDeadline), nothing of a move
+// is outstanding and its runtime reports: it waits for a place in the wave
+// to restart. A runtime that does not report is not drained for its
+// lifetime until it reports again (decideLifecycle); a place given to it
+// would be held, never taken up and given again, from every other session.
 func LifetimeDue(s *lullv1.Session, now time.Time) bool {
 	l := s.Status.Lifecycle
-	return l != nil && l.LifetimeDeadline != nil && !now.Before(l.LifetimeDeadline.Time) && settled(s)
+	return l != nil && l.LifetimeDeadline != nil && !now.Before(l.LifetimeDeadline.Time) && settled(s) && Reporting(s)
+}
+
+// Reporting reports whether the session's status says its current pod's
+// runtime reports: its Active condition is known (True or False). It is
+// Unknown while the runtime has not reported (NoReport) or its report is
+// stale (RuntimeNotReporting).
+func Reporting(s *lullv1.Session) bool {
+	c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionActive)
+	return c != nil && c.Status != metav1.ConditionUnknown
 }
 
 // NextLifetimeDeadline returns the earliest lifetime deadline after now

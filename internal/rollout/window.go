@@ -35,7 +35,13 @@ func ExpectedCompletion(stale, room int, mean time.Duration, now time.Time, prev
 // is zero while any such session remains. Lifetime restarts also wait for
 // a place in the wave, so the estimate is the earliest the rollout can
 // finish.
-func PassiveCompletion(sessions []lullv1.Session, rev string) (eta time.Time, unbounded int) {
+//
+// A lifetime deadline counts only when the restart can be started: while
+// lifetimeRestarts (the wave gives places: the rollout is not paused) and
+// the session's runtime reports (a runtime that does not is not drained
+// for its lifetime until it reports again). Otherwise the deadline moves
+// nothing, and the session counts by its cullAt alone.
+func PassiveCompletion(sessions []lullv1.Session, rev string, lifetimeRestarts bool) (eta time.Time, unbounded int) {
 	for i := range sessions {
 		s := &sessions[i]
 		if s.Spec.Suspend || s.DeletionTimestamp != nil || s.Status.TemplateRevision == "" || s.Status.TemplateRevision == rev {
@@ -43,7 +49,11 @@ func PassiveCompletion(sessions []lullv1.Session, rev string) (eta time.Time, un
 		}
 		var at time.Time
 		if l := s.Status.Lifecycle; l != nil {
-			for _, t := range []*metav1.Time{l.CullAt, l.LifetimeDeadline} {
+			times := []*metav1.Time{l.CullAt}
+			if lifetimeRestarts && Reporting(s) {
+				times = append(times, l.LifetimeDeadline)
+			}
+			for _, t := range times {
 				if t != nil && (at.IsZero() || t.Time.Before(at)) {
 					at = t.Time
 				}

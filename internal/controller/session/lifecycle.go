@@ -59,6 +59,7 @@ func ownsRuntimeReport(raw []byte) bool {
 // pod away (rollout.Replicas).
 func (r *Reconciler) suspendIdle(ctx context.Context, o rollout.Observed, a rollout.Action) (rollout.Action, bool, error) {
 	s := o.Session
+	already := s.Spec.Suspend // suspended by someone else: only the request is named
 	body, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": s.ResourceVersion,
 			"annotations": map[string]string{lullv1.AnnotationIdleSuspended: a.Drain.RequestID}},
@@ -72,6 +73,10 @@ func (r *Reconciler) suspendIdle(ctx context.Context, o rollout.Observed, a roll
 			return rollout.Action{Kind: rollout.Wait, Reason: a.Reason, Drain: a.Drain, Replacement: a.Replacement, RequeueAfter: time.Second}, true, nil
 		}
 		return a, false, fmt.Errorf("suspend idle session %s: %w", s.Name, err)
+	}
+	if already {
+		log.FromContext(ctx).Info("session suspended during its committed idle cull; cull recorded", "request", a.Drain.RequestID)
+		return a, true, nil
 	}
 	culls.WithLabelValues(string(lullv1.IdleSuspend)).Inc()
 	log.FromContext(ctx).Info("suspended idle session", "request", a.Drain.RequestID)

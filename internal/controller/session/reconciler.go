@@ -308,8 +308,20 @@ func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.
 // Once it has landed, no controller withdraws the request (rollout.Decide
 // finishes committed replacements), and the runtime holds, until its pod is
 // gone.
+//
+// The commit is the step's status write: the lifecycle Events it causes (a
+// runtime that stopped reporting, a change of phase) are recorded with it.
 func (r *Reconciler) commit(ctx context.Context, o rollout.Observed, a rollout.Action) error {
-	return r.writeStatus(ctx, o.Session, rollout.NextStatus(o, a), a.Reason)
+	s := o.Session
+	next := rollout.NextStatus(o, a)
+	notReporting := conditionReason(next.Conditions, lullv1.ConditionActive) == rollout.ReasonRuntimeNotReporting &&
+		!hasConditionReason(s, lullv1.ConditionActive, rollout.ReasonRuntimeNotReporting)
+	phaseBefore := s.Status.Phase
+	if err := r.writeStatus(ctx, s, next, a.Reason); err != nil {
+		return err
+	}
+	r.recordLifecycle(s, o.Pod, phaseBefore, next, a, notReporting)
+	return nil
 }
 
 // deletePod deletes the pod named by a with a UID precondition. A 404 or
@@ -384,7 +396,10 @@ func (r *Reconciler) blocked(ctx context.Context, s *lullv1.Session, reason, msg
 	}
 	retry := NextRetry(since, now)
 	msg = fmt.Sprintf("%s; next try at %s", msg, retry.UTC().Format(time.RFC3339))
-	o := rollout.Observed{Now: now, Session: s, Pod: pod}
+	// The report is judged on the API server's clock here too: a runtime
+	// clock behind it must not make a blocked session's fresh report look
+	// stale.
+	o := rollout.Observed{Now: now, Session: s, Pod: pod, ReportWrittenAt: ReportWrittenAt(s)}
 	a := rollout.Action{Kind: rollout.Wait, Reason: reason, Message: msg}
 	if c := s.Status.Replacement; c != nil && pod != nil && c.PodUID == pod.UID {
 		a.Drain, a.Replacement = s.Status.Drain, c
@@ -405,12 +420,19 @@ func (r *Reconciler) blocked(ctx context.Context, s *lullv1.Session, reason, msg
 			meta.FindStatusCondition(st.Conditions, typ).LastTransitionTime = metav1.NewTime(now)
 		}
 	}
+	notReporting := conditionReason(st.Conditions, lullv1.ConditionActive) == rollout.ReasonRuntimeNotReporting &&
+		!hasConditionReason(s, lullv1.ConditionActive, rollout.ReasonRuntimeNotReporting)
+	phaseBefore := s.Status.Phase
 	if err := r.writeStatus(ctx, s, st, reason); err != nil {
 		return ctrl.Result{}, err
 	}
 	if newReason {
 		r.Recorder.Eventf(s, nil, corev1.EventTypeWarning, reason, "Render", msg)
 	}
+	// This write may suspend or resume the session (its phase), or say its
+	// runtime stopped reporting: those Events are tied to the write that
+	// changes them, whoever makes it.
+	r.recordLifecycle(s, pod, phaseBefore, st, a, notReporting)
 	return ctrl.Result{RequeueAfter: retry.Sub(now)}, nil
 }
 

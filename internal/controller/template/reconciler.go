@@ -126,7 +126,7 @@ func NextStatus(t *lullv1.SessionTemplate, sessions []lullv1.Session, now time.T
 		next.ExpectedCompletion = &eta
 	}
 	if passive && next.Stale > 0 {
-		eta, unbounded := rollout.PassiveCompletion(sessions, next.Revision)
+		eta, unbounded := rollout.PassiveCompletion(sessions, next.Revision, room > 0)
 		next.WithoutDeadline = int32(unbounded)
 		if !eta.IsZero() {
 			at := metav1.NewTime(eta)
