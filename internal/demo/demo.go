@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/audit"
 	"lull.dev/lull/internal/localenv"
@@ -79,11 +81,7 @@ func Run(ctx context.Context, env *localenv.Env, o Options) (_ Summary, err erro
 	}
 	defer func() { err = scenario.Interrupted(ctx, err) }()
 	out := o.Out
-	c, err := scenario.NewClient(env.Cluster.Config)
-	if err != nil {
-		return Summary{}, err
-	}
-	auditor, err := audit.Start(ctx, env.Cluster.Config)
+	c, auditor, err := connect(ctx, env)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -190,4 +188,17 @@ func revisionList(revs map[string]int) string {
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ", ")
+}
+
+// connect returns a client of env's cluster and an auditor watching it.
+func connect(ctx context.Context, env *localenv.Env) (client.Client, *audit.Auditor, error) {
+	c, err := scenario.NewClient(env.Cluster.Config)
+	if err != nil {
+		return nil, nil, err
+	}
+	auditor, err := audit.Start(ctx, env.Cluster.Config)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, auditor, nil
 }

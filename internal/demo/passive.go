@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/audit"
 	"lull.dev/lull/internal/localenv"
 	"lull.dev/lull/internal/scenario"
 )
@@ -321,11 +320,7 @@ func resume(ctx context.Context, c client.Client, ns, name string) error {
 func runPassive(ctx context.Context, env *localenv.Env, o Options) (_ Summary, err error) {
 	defer func() { err = scenario.Interrupted(ctx, err) }()
 	out := o.Out
-	c, err := scenario.NewClient(env.Cluster.Config)
-	if err != nil {
-		return Summary{}, err
-	}
-	auditor, err := audit.Start(ctx, env.Cluster.Config)
+	c, auditor, err := connect(ctx, env)
 	if err != nil {
 		return Summary{}, err
 	}
