@@ -20,7 +20,7 @@ type IdlePolicy struct {
 	// workspace claims kept, its spec.suspend set to true.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="idle.suspendAfter must not be negative; omit it or use 0s for never"
-	// +kubebuilder:validation:Pattern=`^-?([0-9]+(\.[0-9]*)?(ns|us|µs|ms|s|m|h))+$|^0$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^-?([0-9]+([.][0-9]*)?(ns|us|µs|ms|s|m|h))+$')",message="idle.suspendAfter must be a duration such as 90s, 30m or 24h (units ns, us, ms, s, m, h; no d)"
 	SuspendAfter *metav1.Duration `json:"suspendAfter,omitempty"`
 
 	// DeleteAfter is how long a session may be idle before it is drained
@@ -29,7 +29,7 @@ type IdlePolicy struct {
 	// suspended session counts as idle.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="idle.deleteAfter must not be negative; omit it or use 0s for never"
-	// +kubebuilder:validation:Pattern=`^-?([0-9]+(\.[0-9]*)?(ns|us|µs|ms|s|m|h))+$|^0$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^-?([0-9]+([.][0-9]*)?(ns|us|µs|ms|s|m|h))+$')",message="idle.deleteAfter must be a duration such as 90s, 30m or 24h (units ns, us, ms, s, m, h; no d)"
 	DeleteAfter *metav1.Duration `json:"deleteAfter,omitempty"`
 }
 

@@ -171,7 +171,7 @@ type AgentSpec struct {
 	// sooner and costs one status write per session per refresh.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('1h')",message="spec.agent.reportRefresh must be between 1s and 1h"
-	// +kubebuilder:validation:Pattern=`^-?([0-9]+(\.[0-9]*)?(ns|us|µs|ms|s|m|h))+$|^0$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^-?([0-9]+([.][0-9]*)?(ns|us|µs|ms|s|m|h))+$')",message="spec.agent.reportRefresh must be a duration such as 90s, 30m or 24h (units ns, us, ms, s, m, h; no d)"
 	ReportRefresh *metav1.Duration `json:"reportRefresh,omitempty"`
 }
 
@@ -256,7 +256,7 @@ type SessionTemplateSpec struct {
 	// new pod. Omitted or 0: never.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="duration(self) == duration('0s') || duration(self) >= duration('1m')",message="spec.maxLifetime must be at least 1m (or 0s for never): a shorter lifetime would restart sessions faster than they start"
-	// +kubebuilder:validation:Pattern=`^-?([0-9]+(\.[0-9]*)?(ns|us|µs|ms|s|m|h))+$|^0$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^-?([0-9]+([.][0-9]*)?(ns|us|µs|ms|s|m|h))+$')",message="spec.maxLifetime must be a duration such as 90s, 30m or 24h (units ns, us, ms, s, m, h; no d)"
 	MaxLifetime *metav1.Duration `json:"maxLifetime,omitempty"`
 }
 

@@ -283,7 +283,7 @@ func TestCRDValidation(t *testing.T) {
 		{
 			name:  "template with a malformed idle.deleteAfter",
 			write: createRawSpec(ns, "malformed-idle", `"idle":{"deleteAfter":"after lunch"}`),
-			field: []string{"spec.idle.deleteAfter"},
+			field: []string{"spec.idle.deleteAfter", "must be a duration such as 90s, 30m or 24h"},
 		},
 		{
 			name:  "template whose idle.deleteAfter is shorter than suspendAfter",
@@ -299,6 +299,11 @@ func TestCRDValidation(t *testing.T) {
 			name:  "template with a negative maxLifetime",
 			write: createRawSpec(ns, "negative-lifetime", `"maxLifetime":"-2h"`),
 			field: []string{"spec.maxLifetime"},
+		},
+		{
+			name:  "template with a maxLifetime in days",
+			write: createRawSpec(ns, "days-lifetime", `"maxLifetime":"1d"`),
+			field: []string{"spec.maxLifetime", "no d"},
 		},
 		{
 			name: "session whose idle.deleteAfter is shorter than suspendAfter",
