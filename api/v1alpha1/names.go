@@ -71,7 +71,17 @@ const (
 	// status.revision). StatefulSet revisions are per session; this one is
 	// shared by every session of the template.
 	LabelTemplateRevision = "lull.dev/template-revision"
+
+	// LabelFiles marks a ConfigMap of a template's files (spec.files) as
+	// lull's; its value is the files' content address, the suffix of the
+	// ConfigMap's name.
+	LabelFiles = "lull.dev/files"
 )
+
+// FilesVolume is the volume of a session pod that holds the template's
+// files (spec.files), mounted at spec.files.mountPath in the runtime
+// container.
+const FilesVolume = "lull-files"
 
 // RuntimeContainerName is the name of the runtime container in a session
 // pod. Whether a pod has failed or has ever started is judged from this

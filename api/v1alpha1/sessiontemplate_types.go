@@ -175,6 +175,65 @@ type AgentSpec struct {
 	ReportRefresh *metav1.Duration `json:"reportRefresh,omitempty"`
 }
 
+// FilesMaxBytes bounds the total size of a template's files (the sum of
+// their contents, names excluded): a ConfigMap holds at most 1 MiB, and the
+// rest is headroom for its keys and metadata.
+const FilesMaxBytes = 900 * 1024
+
+// Files are runtime files delivered into the runtime container as one
+// directory, read-only: each item is a file named by its name, directly
+// under MountPath.
+type Files struct {
+	// MountPath is the absolute directory the files appear in, in the
+	// runtime container. It must not be / nor under /run/lull (the agent's
+	// socket) or /var/run/secrets/kubernetes.io/serviceaccount (the
+	// runtime's token), and no other volume of the runtime container may be
+	// mounted there.
+	// +kubebuilder:validation:MinLength=2
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="spec.files.mountPath must be an absolute path, such as /etc/runtime"
+	// +kubebuilder:validation:XValidation:rule="!self.contains('/../') && !self.endsWith('/..') && !self.contains('//')",message="spec.files.mountPath must be a clean path: no .. segments and no //"
+	// +kubebuilder:validation:XValidation:rule="self != '/run/lull' && !self.startsWith('/run/lull/') && self != '/var/run/secrets/kubernetes.io/serviceaccount' && !self.startsWith('/var/run/secrets/kubernetes.io/serviceaccount/')",message="spec.files.mountPath: /run/lull and /var/run/secrets/kubernetes.io/serviceaccount are lull's (the agent's socket, the runtime's token); choose another directory"
+	MountPath string `json:"mountPath"`
+
+	// Items are the files, at most 256, names unique. Their total size is
+	// at most 900 KiB (FilesMaxBytes): a ConfigMap holds 1 MiB. The API
+	// server counts text in characters (CEL's cost budget does not allow
+	// converting every item to bytes); the controller checks the UTF-8
+	// bytes and reports a template over the limit in its sessions'
+	// RenderFailed condition.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:XValidation:rule="self.map(i, has(i.content) ? size(i.content) : (has(i.binaryContent) ? size(i.binaryContent) : 0)).sum() <= 921600",message="spec.files.items: the files total more than 900 KiB (a ConfigMap holds 1 MiB); mount larger files from an image or a volume of your own"
+	Items []FileItem `json:"items"`
+}
+
+// FileItem is one file: its name and exactly one of content (UTF-8 text)
+// or binaryContent (bytes, base64 in JSON and YAML).
+//
+// +kubebuilder:validation:XValidation:rule="has(self.content) != has(self.binaryContent)",message="spec.files.items: give exactly one of content (text) or binaryContent (base64)"
+type FileItem struct {
+	// Name is the file's name in mountPath, a valid ConfigMap key: letters,
+	// digits, '-', '_' and '.', not . or .. nor starting with ..
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	// +kubebuilder:validation:XValidation:rule="self != '.' && !self.startsWith('..')",message="spec.files.items[].name must not be . nor start with .. (ConfigMap key rules); rename the file"
+	Name string `json:"name"`
+
+	// Content is the file's text (UTF-8).
+	// +optional
+	// +kubebuilder:validation:MaxLength=921600
+	Content *string `json:"content,omitempty"`
+
+	// BinaryContent is the file's bytes, base64-encoded in JSON and YAML.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1228800
+	BinaryContent []byte `json:"binaryContent,omitempty"`
+}
+
 // WaveEntry is a session admitted to the rollout's wave: it may issue the
 // drain request with drain sequence Sequence (see UpdatePolicy
 // maxUnavailable).
@@ -229,6 +288,14 @@ type SessionTemplateSpec struct {
 	// +optional
 	// +kubebuilder:default={whenDeleted: Delete, whenScaled: Retain}
 	PersistentVolumeClaimRetentionPolicy *appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy `json:"persistentVolumeClaimRetentionPolicy,omitempty"`
+
+	// Files, when set, are delivered read-only into the runtime container
+	// as a directory at files.mountPath, through an immutable ConfigMap
+	// named by the hash of their content (<template>-files-<hash>; see
+	// docs/runtime-files.md). Changing them is a new revision; a running
+	// pod keeps the files it booted with.
+	// +optional
+	Files *Files `json:"files,omitempty"`
 
 	// Agent, when set (`agent: {}` takes the defaults), injects the lull
 	// agent as a native sidecar; the runtime container finds its socket in

@@ -68,8 +68,9 @@ func init() {
 }
 
 // New builds the manager with lull's controllers registered. Objects lull
-// renders are cached only when they carry the lull.dev/session label, so the
-// controller's memory grows with sessions, not with the cluster.
+// renders are cached only when they carry the lull.dev/session label (files
+// ConfigMaps: lull.dev/files), so the controller's memory grows with
+// sessions, not with the cluster.
 func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	cfg = rest.CopyConfig(cfg)
 	requestmetrics.Instrument(cfg)
@@ -79,6 +80,10 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	byLabel := cache.ByObject{Label: labels.NewSelector().Add(*owned)}
+	files, err := labels.NewRequirement(lullv1.LabelFiles, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
 	cacheOpts := cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:            byLabel,
@@ -87,6 +92,9 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 			&corev1.ServiceAccount{}: byLabel,
 			&rbacv1.Role{}:           byLabel,
 			&rbacv1.RoleBinding{}:    byLabel,
+			// The content-addressed ConfigMaps of templates' files
+			// (shared by a template's sessions, so not labelled by one).
+			&corev1.ConfigMap{}: {Label: labels.NewSelector().Add(*files)},
 		},
 	}
 	if opts.Namespace != "" {

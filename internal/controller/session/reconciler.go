@@ -54,6 +54,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;list
 
@@ -91,6 +92,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		Lifecycle: lifecycle.PolicyFor(t, s), ReportWrittenAt: ReportWrittenAt(s)}
 	if o.PendingClaims, err = pendingClaims(ctx, r.reader(), s, t, pod); err != nil {
 		return ctrl.Result{}, err
+	}
+	// Before the StatefulSet: its pod template must never name a files
+	// ConfigMap that does not exist.
+	if err := ensureFiles(ctx, r.Client, r.reader(), t); err != nil {
+		return r.renderFailed(ctx, s, err)
 	}
 	if o.StatefulSet, err = ensureStatefulSet(ctx, r.Client, r.reader(), s, t, rollout.Replicas(o)); err != nil {
 		return r.renderFailed(ctx, s, err)

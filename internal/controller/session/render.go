@@ -84,6 +84,9 @@ func StatefulSet(s *lullv1.Session, t *lullv1.SessionTemplate, replicas int32) (
 //   - with spec.agent, the sidecar (first init container), its volumes,
 //     the socket volume mounted in the runtime container and
 //     LULL_AGENT_SOCKET.
+//   - with spec.files, the volume lull-files (the files ConfigMap, named
+//     by their content: see FilesConfigMap) mounted read-only at
+//     spec.files.mountPath in the runtime container.
 //
 // Everything else passes through untouched. The result depends only on
 // the session's name and the template's spec, so re-rendering never changes
@@ -105,6 +108,10 @@ func Pod(s *lullv1.Session, t *lullv1.SessionTemplate) corev1.PodTemplateSpec {
 		rt.VolumeMounts = append(rt.VolumeMounts, corev1.VolumeMount{Name: lullv1.AgentSocketVolume, MountPath: lullv1.AgentSocketDir})
 		spec.InitContainers = append([]corev1.Container{agentContainer(s, a)}, spec.InitContainers...)
 		spec.Volumes = append(spec.Volumes, agentVolumes()...)
+	}
+	if t.Spec.Files != nil {
+		rt.VolumeMounts = append(rt.VolumeMounts, filesMount(t))
+		spec.Volumes = append(spec.Volumes, filesVolume(t))
 	}
 	return tpl
 }
@@ -210,14 +217,25 @@ func retentionPolicy(t *lullv1.SessionTemplate) *appsv1.StatefulSetPersistentVol
 
 // TemplateRevision identifies a template's pod: the first 10 hex
 // characters of the SHA-256 of the JSON encoding of its spec.template,
-// spec.volumeClaimTemplates and spec.agent (the update policy is not part
-// of it: changing how to roll out is not something to roll out).
+// spec.volumeClaimTemplates, spec.agent and spec.files (the update policy
+// is not part of it: changing how to roll out is not something to roll
+// out). Files enter as their mount path and content address (FilesHash),
+// and only when set, so a template without files keeps its revision.
 func TemplateRevision(t *lullv1.SessionTemplate) string {
+	type files struct {
+		MountPath string `json:"mountPath"`
+		Hash      string `json:"hash"`
+	}
+	var f *files
+	if t.Spec.Files != nil {
+		f = &files{MountPath: t.Spec.Files.MountPath, Hash: FilesHash(t.Spec.Files)}
+	}
 	b, err := json.Marshal(struct {
 		Template             corev1.PodTemplateSpec         `json:"template"`
 		VolumeClaimTemplates []corev1.PersistentVolumeClaim `json:"volumeClaimTemplates,omitempty"`
 		Agent                *lullv1.AgentSpec              `json:"agent,omitempty"`
-	}{t.Spec.Template, t.Spec.VolumeClaimTemplates, t.Spec.Agent})
+		Files                *files                         `json:"files,omitempty"`
+	}{t.Spec.Template, t.Spec.VolumeClaimTemplates, t.Spec.Agent, f})
 	if err != nil {
 		panic(err) // API types always marshal
 	}

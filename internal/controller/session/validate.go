@@ -54,6 +54,10 @@ func Validate(t *lullv1.SessionTemplate) field.ErrorList {
 		}
 	}
 	errs = append(errs, claimErrors(t)...)
+	if f := t.Spec.Files; f != nil {
+		errs = append(errs, filesErrors(f)...)
+		errs = append(errs, filesMountErrors(t)...)
+	}
 	if t.Spec.Agent != nil {
 		errs = append(errs, tokenPaths(t)...)
 	}
