@@ -188,13 +188,17 @@ func TestPodWithAgentGivesTheTokenOnlyToTheSidecar(t *testing.T) {
 // say so in the release notes (go test -run Golden -update rewrites it).
 func TestStatefulSetGolden(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		agent bool
-	}{{"statefulset", false}, {"statefulset-agent", true}} {
+		name         string
+		agent, files bool
+	}{{"statefulset", false, false}, {"statefulset-agent", true, false}, {"statefulset-files", false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			tmpl := agentTemplate()
 			if tc.agent {
 				tmpl.Spec.Agent = &lullv1.AgentSpec{Image: "example.com/lull:v1"}
+			}
+			if tc.files {
+				tmpl.Spec.Files = &lullv1.Files{MountPath: "/etc/runtime", Items: []lullv1.FileItem{
+					{Name: "config.yaml", Content: ptr.To("model: big\n")}, {Name: "key.der", BinaryContent: []byte{0xff, 0, 0xfe}}}}
 			}
 			sts, err := StatefulSet(aliceOf(tmpl), tmpl, 1)
 			if err != nil {
