@@ -199,14 +199,14 @@ type Files struct {
 	// Items are the files, at most 256, names unique. Their total size is
 	// at most 900 KiB (FilesMaxBytes): a ConfigMap holds 1 MiB. The API
 	// server counts text in characters (CEL's cost budget does not allow
-	// converting every item to bytes); the controller checks the UTF-8
-	// bytes and reports a template over the limit in its sessions'
+	// converting every item to bytes) and binary content from its base64
+	// length; the controller checks the exact bytes and reports a template over the limit in its sessions'
 	// RenderFailed condition.
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=256
-	// +kubebuilder:validation:XValidation:rule="self.map(i, has(i.content) ? size(i.content) : (has(i.binaryContent) ? size(i.binaryContent) : 0)).sum() <= 921600",message="spec.files.items: the files total more than 900 KiB (a ConfigMap holds 1 MiB); mount larger files from an image or a volume of your own"
+	// +kubebuilder:validation:XValidation:rule="self.map(i, has(i.content) ? size(i.content) : (has(i.binaryContent) ? size(i.binaryContent) / 4 * 3 : 0)).sum() <= 921600",message="spec.files.items: the files total more than 900 KiB (a ConfigMap holds 1 MiB); mount larger files from an image or a volume of your own"
 	Items []FileItem `json:"items"`
 }
 
@@ -228,9 +228,16 @@ type FileItem struct {
 	// +kubebuilder:validation:MaxLength=921600
 	Content *string `json:"content,omitempty"`
 
-	// BinaryContent is the file's bytes, base64-encoded in JSON and YAML.
+	// BinaryContent is the file's bytes, base64-encoded (standard
+	// alphabet, padded) in JSON and YAML. The schema declares it a plain
+	// string with a base64 pattern, not format byte: the API server's CEL
+	// decodes format byte with the URL alphabet and refuses every value
+	// holding + or / (kubernetes/kube-openapi#633).
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Format=""
 	// +kubebuilder:validation:MaxLength=1228800
+	// +kubebuilder:validation:Pattern=`^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$`
 	BinaryContent []byte `json:"binaryContent,omitempty"`
 }
 
