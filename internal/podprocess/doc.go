@@ -30,8 +30,11 @@
 // is how a runtime under `lull dev` finds "the directory at the claim's
 // mount path". For paths a runtime builds itself, LULL_DEV_MOUNTS
 // (EnvDevMounts) lists the mapping, one mountPath=hostDir per line.
-// configMap, secret, projected and downwardAPI volumes are not mapped;
-// mounts are never read-only.
+// A configMap volume gets a directory under <Dir>/volumes/<pod UID> with
+// the ConfigMap's keys written as files (as the kubelet projects them), so
+// a runtime under `lull dev` sees the template's spec.files at their mount
+// path. secret, projected and downwardAPI volumes are not mapped; mounts
+// are never read-only.
 //
 // # Credentials
 //

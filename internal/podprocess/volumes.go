@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -42,8 +43,10 @@ func (r *Runner) volumeDir(uid types.UID) string {
 
 // podVolumes returns the host directory of each of pod's volumes that has
 // one, by volume name: an emptyDir gets a directory under volumeDir,
-// created here; a persistentVolumeClaim gets the hostPath of the
-// PersistentVolume it is bound to. It fails while a claim is not bound.
+// created here; a configMap a directory under volumeDir holding the
+// ConfigMap's keys as files (see writeConfigMap); a persistentVolumeClaim
+// gets the hostPath of the PersistentVolume it is bound to. It fails while
+// a claim is not bound or a ConfigMap that is not optional is missing.
 func (r *Runner) podVolumes(ctx context.Context, pod *corev1.Pod) (map[string]string, error) {
 	dirs := map[string]string{}
 	for _, v := range pod.Spec.Volumes {
@@ -51,6 +54,12 @@ func (r *Runner) podVolumes(ctx context.Context, pod *corev1.Pod) (map[string]st
 		case v.EmptyDir != nil:
 			dir := filepath.Join(r.volumeDir(pod.UID), v.Name)
 			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return nil, fmt.Errorf("volume %s: %w", v.Name, err)
+			}
+			dirs[v.Name] = dir
+		case v.ConfigMap != nil:
+			dir := filepath.Join(r.volumeDir(pod.UID), v.Name)
+			if err := r.writeConfigMap(ctx, pod.Namespace, v.ConfigMap, dir); err != nil {
 				return nil, fmt.Errorf("volume %s: %w", v.Name, err)
 			}
 			dirs[v.Name] = dir
@@ -63,6 +72,76 @@ func (r *Runner) podVolumes(ctx context.Context, pod *corev1.Pod) (map[string]st
 		}
 	}
 	return dirs, nil
+}
+
+// writeConfigMap writes a configMap volume's files into dir, as the
+// kubelet projects them: every key of data and binaryData as a file named
+// by the key, or with items only those keys, at their paths; mode 0644, or
+// the volume's defaultMode or the item's mode. A missing ConfigMap that is
+// optional gives an empty directory. Files are written on every start and
+// never removed: lull's files ConfigMaps are immutable and named by their
+// content, so a pod's never changes.
+func (r *Runner) writeConfigMap(ctx context.Context, ns string, src *corev1.ConfigMapVolumeSource, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	cm, err := r.client.CoreV1().ConfigMaps(ns).Get(ctx, src.Name, metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) && src.Optional != nil && *src.Optional {
+			return nil
+		}
+		return fmt.Errorf("configmap %s/%s: %w", ns, src.Name, err)
+	}
+	files := map[string][]byte{}
+	for k, v := range cm.Data {
+		files[k] = []byte(v)
+	}
+	for k, v := range cm.BinaryData {
+		files[k] = v
+	}
+	mode := os.FileMode(0o644)
+	if src.DefaultMode != nil {
+		mode = os.FileMode(*src.DefaultMode)
+	}
+	type file struct {
+		key, path string
+		mode      os.FileMode
+	}
+	var out []file
+	if len(src.Items) == 0 {
+		for k := range files {
+			out = append(out, file{k, k, mode})
+		}
+	}
+	for _, it := range src.Items {
+		m := mode
+		if it.Mode != nil {
+			m = os.FileMode(*it.Mode)
+		}
+		if _, ok := files[it.Key]; !ok {
+			if src.Optional != nil && *src.Optional {
+				continue
+			}
+			return fmt.Errorf("configmap %s/%s has no key %s", ns, src.Name, it.Key)
+		}
+		if !filepath.IsLocal(it.Path) {
+			return fmt.Errorf("configmap %s/%s: item path %q must be a relative path inside the volume", ns, src.Name, it.Path)
+		}
+		out = append(out, file{it.Key, it.Path, m})
+	}
+	for _, f := range out {
+		p := filepath.Join(dir, f.path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, files[f.key], f.mode); err != nil {
+			return err
+		}
+		if err := os.Chmod(p, f.mode); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // claimDir resolves a claim to the host directory of its volume: claim,

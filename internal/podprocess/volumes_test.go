@@ -10,7 +10,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
 )
 
 func TestRewritePaths(t *testing.T) {
@@ -231,5 +234,33 @@ func TestSeesToken(t *testing.T) {
 		if got := seesToken(pod, c); got != tc.want {
 			t.Errorf("%s: seesToken = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A configMap volume (a template's spec.files) is a host directory holding
+// the ConfigMap's keys as files, text and binary; a mount of it is mapped
+// like an emptyDir's.
+func TestConfigMapVolumeIsWrittenToItsDirectory(t *testing.T) {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "tpl-files-0123456789ab"},
+		Data: map[string]string{"config.yaml": "model: big\n"}, BinaryData: map[string][]byte{"key.der": {0xff, 0, 0xfe}}}
+	r := newRunner(Options{Dir: t.TempDir()}, fake.NewClientset(cm))
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s-0", UID: "uid-1"},
+		Spec: corev1.PodSpec{Volumes: []corev1.Volume{{Name: lullv1.FilesVolume, VolumeSource: corev1.VolumeSource{
+			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm.Name}}}}}}}
+	dirs, err := r.podVolumes(t.Context(), pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := dirs[lullv1.FilesVolume]
+	for name, want := range map[string]string{"config.yaml": "model: big\n", "key.der": "\xff\x00\xfe"} {
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || string(got) != want {
+			t.Errorf("%s: %q, %v; want %q", name, got, err, want)
+		}
+	}
+
+	pod.Spec.Volumes[0].ConfigMap.Name = "missing"
+	if _, err := r.podVolumes(t.Context(), pod); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("a missing ConfigMap: %v, want an error naming it", err)
 	}
 }
