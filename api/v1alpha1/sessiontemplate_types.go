@@ -342,8 +342,8 @@ type SessionTemplateStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// Revision identifies the template's current pod: the first 10 hex
-	// characters of the SHA-256 of spec.template, spec.volumeClaimTemplates
-	// and spec.agent. Session pods carry it in the
+	// characters of the SHA-256 of spec.template, spec.volumeClaimTemplates,
+	// spec.agent and (when set) spec.files. Session pods carry it in the
 	// lull.dev/template-revision label.
 	// +optional
 	Revision string `json:"revision,omitempty"`
