@@ -58,7 +58,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;list
 
-// Reconcile runs the phases for one session: template, identity,
+// Reconcile runs the phases for one session: template, identity, files,
 // StatefulSet, Service, rollout step, status.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	s := &lullv1.Session{}
