@@ -293,6 +293,12 @@ func isPathByte(b byte) bool {
 		strings.IndexByte("/._-~+@%", b) >= 0
 }
 
+// VolumeDir returns the host directory standing in for the emptyDir or
+// configMap volume of the given name in the pod with the given UID.
+func (r *Runner) VolumeDir(uid types.UID, volume string) string {
+	return filepath.Join(r.volumeDir(uid), volume)
+}
+
 // AgentSocket returns the host path of the agent sidecar's socket in the
 // pod with the given UID: where a local client (a test, `lull dev`) reaches
 // the agent's HTTP API, as a container in the pod would at
