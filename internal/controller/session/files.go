@@ -109,9 +109,9 @@ func FilesHash(f *lullv1.Files) string {
 }
 
 // filesErrors is what the controller checks of spec.files itself: the
-// CRD's rules, for a template that did not pass them (one created before
-// this version of the CRD), and the mount path against the runtime
-// container's own mounts, which CEL cannot see from spec.files.
+// CRD's rules that a template may not have passed (one stored before this
+// version of the CRD), and the exact total in bytes, which the CRD can only
+// approximate (it counts text in characters).
 func filesErrors(f *lullv1.Files) field.ErrorList {
 	var errs field.ErrorList
 	path := field.NewPath("spec", "files")
