@@ -25,6 +25,35 @@ const (
 	// InForce) or names a revision that is not the template's (False,
 	// reason RevisionMismatch).
 	ConditionBreakGlass = "BreakGlass"
+	// ConditionFilesReady: the ConfigMap of the template's current
+	// spec.files exists with exactly those bytes (True, reason
+	// Created or Present), or cannot be made (False, reason
+	// FilesRefused, FilesConflict or FilesInvalid). Sessions move to a
+	// revision with files only once it is True. Absent when the template
+	// has no spec.files.
+	ConditionFilesReady = "FilesReady"
+)
+
+// Reasons of a SessionTemplate's FilesReady condition.
+const (
+	// ReasonFilesCreated: the template controller created the ConfigMap.
+	ReasonFilesCreated = "Created"
+	// ReasonFilesPresent: the ConfigMap was already there, lull's and
+	// byte-identical (created earlier, or by another writer of the same
+	// content).
+	ReasonFilesPresent = "Present"
+	// ReasonFilesRefused: the API server refused the create (a
+	// ResourceQuota's count/configmaps or configmaps, an admission policy
+	// or webhook, an object too large). It is tried again with backoff,
+	// so freeing the quota is enough.
+	ReasonFilesRefused = "FilesRefused"
+	// ReasonFilesConflict: a ConfigMap of that name exists that is not
+	// lull's (no lull.dev/files label, not immutable, other bytes); lull
+	// never adopts it. Delete or rename it.
+	ReasonFilesConflict = "FilesConflict"
+	// ReasonFilesInvalid: spec.files fails a check only the controller
+	// makes (the exact total in bytes); fix spec.files.
+	ReasonFilesInvalid = "FilesInvalid"
 )
 
 // Annotations and labels lull reads or writes.

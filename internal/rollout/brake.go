@@ -47,7 +47,8 @@ type Brake struct {
 // sessions run the update revision rev and fail on it: their Ready
 // condition says PodFailed (the runtime container cannot start), or has
 // not been True for progressDeadlineSeconds; a session left with no pod
-// for that long counts as failing too. Once the brake stops a
+// for that long counts as failing too, unless it waits for the template's
+// files ConfigMap (ReasonFilesNotReady). Once the brake stops a
 // revision it stays stopped until the revision changes or the template's
 // lull.dev/resume-rollout annotation names it. Sessions already moving
 // finish; the others keep their revision.
@@ -71,6 +72,12 @@ func DecideBrake(t *lullv1.SessionTemplate, rev string, sessions []lullv1.Sessio
 		// sessions would only take more pods away.
 		noPod := s.Status.PodUID == "" && s.Status.TemplateRevision == ""
 		if s.Status.TemplateRevision != rev && !noPod {
+			continue
+		}
+		if hasConditionReason(s, lullv1.ConditionUpToDate, ReasonFilesNotReady) {
+			// It waits for the template's files ConfigMap and has not
+			// moved: no pod was taken away, and the template's FilesReady
+			// condition already names the cause. Pausing would outlast it.
 			continue
 		}
 		c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionReady)

@@ -29,3 +29,24 @@ func TestBrakeCountsASessionWhoseNewPodIsNeverCreated(t *testing.T) {
 		t.Errorf("a session without a pod for 20 min on the update revision's StatefulSet does not trip the brake: paused=%v failing=%v (%s)", b.Paused, b.Failing, b.Message)
 	}
 }
+
+// A new session waiting for its template's files ConfigMap (a full quota)
+// has no pod either, but nothing was taken from it, and the template says
+// why: the brake must not pause the revision, which would outlast the
+// quota being raised.
+func TestBrakeSkipsASessionWaitingForFiles(t *testing.T) {
+	old := metav1.NewTime(now.Add(-20 * time.Minute))
+	s := lullv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "s"}}
+	s.Status.Conditions = []metav1.Condition{
+		{Type: lullv1.ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonPodPending, LastTransitionTime: old},
+		{Type: lullv1.ConditionUpToDate, Status: metav1.ConditionUnknown, Reason: ReasonFilesNotReady, LastTransitionTime: old},
+	}
+	tpl := &lullv1.SessionTemplate{ObjectMeta: metav1.ObjectMeta{Name: "t"}}
+	if b := DecideBrake(tpl, "tpl-new", []lullv1.Session{s}, now); b.Paused || len(b.Failing) != 0 {
+		t.Errorf("a session waiting for files trips the brake: paused=%v failing=%v", b.Paused, b.Failing)
+	}
+	s.Status.Conditions[1].Reason = ReasonPodPending
+	if b := DecideBrake(tpl, "tpl-new", []lullv1.Session{s}, now); !b.Paused {
+		t.Error("the same session without FilesNotReady does not trip the brake: the test proves nothing")
+	}
+}

@@ -127,14 +127,20 @@ const (
 	ReasonTemplateNotFound = "TemplateNotFound"
 	ReasonRenderFailed     = "RenderFailed"
 	ReasonNameConflict     = "NameConflict"
+	// ReasonFilesNotReady: the ConfigMap of the template's spec.files does
+	// not exist as lull would create it (the template's FilesReady
+	// condition says why); the session keeps its pod and its StatefulSet
+	// as they are until it does.
+	ReasonFilesNotReady = "FilesNotReady"
 )
 
 // Blocked reports whether a session's UpToDate reason means it cannot move
 // until someone acts: a pod stuck terminating, a missing template, objects
-// the API server refuses, or a name taken by an object lull does not own.
+// the API server refuses, a name taken by an object lull does not own, or
+// template files whose ConfigMap cannot be created.
 func Blocked(reason string) bool {
 	switch reason {
-	case ReasonPodStuckTerminating, ReasonTemplateNotFound, ReasonRenderFailed, ReasonNameConflict:
+	case ReasonPodStuckTerminating, ReasonTemplateNotFound, ReasonRenderFailed, ReasonNameConflict, ReasonFilesNotReady:
 		return true
 	}
 	return false

@@ -1,10 +1,8 @@
 package session
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -186,59 +184,4 @@ func claimNames(sts *appsv1.StatefulSet) []string {
 	}
 	slices.Sort(names)
 	return names
-}
-
-// ensureFiles makes the ConfigMap of the template's files (FilesConfigMap)
-// exist before any StatefulSet points at it. It is content-addressed and
-// immutable, so it is created when absent and never updated: a create that
-// meets AlreadyExists is success when the ConfigMap there is lull's
-// (labelled lull.dev/files with the same address), immutable and holds the
-// same bytes; any other is refused (errInvalidTemplate, so the session
-// shows RenderFailed and its StatefulSet is left as it was) rather than
-// mounting content the template did not give.
-//
-// The cache holds only ConfigMaps labelled lull.dev/files, so one of that
-// name without the label is read through live when the create meets it.
-func ensureFiles(ctx context.Context, c client.Client, live client.Reader, t *lullv1.SessionTemplate) error {
-	desired, err := FilesConfigMap(t)
-	if err != nil {
-		return errInvalidTemplate{err}
-	}
-	if desired == nil {
-		return nil
-	}
-	existing := &corev1.ConfigMap{}
-	err = c.Get(ctx, client.ObjectKeyFromObject(desired), existing)
-	if apierrors.IsNotFound(err) {
-		err = c.Create(ctx, desired, client.FieldOwner(FieldManager))
-		if err == nil {
-			return nil
-		}
-		if !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create ConfigMap %s: %w", desired.Name, err)
-		}
-		err = live.Get(ctx, client.ObjectKeyFromObject(desired), existing)
-	}
-	if err != nil {
-		return err
-	}
-	return sameFiles(existing, desired)
-}
-
-// sameFiles accepts an existing files ConfigMap only if it is the one lull
-// would create: lull's label with the same content address, immutable, and
-// byte-identical data and binaryData.
-func sameFiles(existing, desired *corev1.ConfigMap) error {
-	var why string
-	switch {
-	case existing.Labels[lullv1.LabelFiles] != desired.Labels[lullv1.LabelFiles]:
-		why = "is not lull's (it lacks the label " + lullv1.LabelFiles + "=" + desired.Labels[lullv1.LabelFiles] + ")"
-	case existing.Immutable == nil || !*existing.Immutable:
-		why = "is not immutable"
-	case !maps.Equal(existing.Data, desired.Data) || !maps.EqualFunc(existing.BinaryData, desired.BinaryData, bytes.Equal):
-		why = "holds other content than spec.files"
-	default:
-		return nil
-	}
-	return errInvalidTemplate{fmt.Errorf("spec.files: ConfigMap %s %s; lull never mounts files it did not write: delete the ConfigMap and lull creates it again", existing.Name, why)}
 }

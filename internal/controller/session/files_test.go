@@ -183,7 +183,7 @@ func filesClient(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) c
 	return interceptor.NewClient(fake.NewClientBuilder().WithScheme(sch).WithObjects(objs...).Build(), funcs)
 }
 
-func TestEnsureFiles(t *testing.T) {
+func TestCreateFiles(t *testing.T) {
 	ctx := context.Background()
 	tmpl := filesTemplate(text("config.yaml", "a"), bin("b", []byte{1}))
 	want, err := FilesConfigMap(tmpl)
@@ -191,20 +191,39 @@ func TestEnsureFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Run("absent: created", func(t *testing.T) {
+	t.Run("absent: created, then present", func(t *testing.T) {
 		c := filesClient(t, interceptor.Funcs{})
-		if err := ensureFiles(ctx, c, c, tmpl); err != nil {
-			t.Fatal(err)
+		if created, err := CreateFiles(ctx, c, c, want); err != nil || !created {
+			t.Fatalf("created %v, err %v; want created", created, err)
 		}
 		got := &corev1.ConfigMap{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(want), got); err != nil {
 			t.Fatal(err)
 		}
-		if err := sameFiles(got, want); err != nil {
+		if err := SameFiles(got, want); err != nil {
 			t.Error(err)
 		}
-		if err := ensureFiles(ctx, c, c, agentTemplate()); err != nil {
+		if created, err := CreateFiles(ctx, c, c, want); err != nil || created {
+			t.Errorf("second call: created %v, err %v; want present", created, err)
+		}
+		if err := filesReady(ctx, c, c, tmpl); err != nil {
+			t.Errorf("filesReady once created: %v", err)
+		}
+		if err := filesReady(ctx, c, c, agentTemplate()); err != nil {
 			t.Errorf("a template without files: %v", err)
+		}
+	})
+
+	t.Run("refused by the API server: its error, not created", func(t *testing.T) {
+		quota := apierrors.NewForbidden(corev1.Resource("configmaps"), want.Name, errors.New("exceeded quota: q, requested: count/configmaps=1"))
+		c := filesClient(t, interceptor.Funcs{Create: func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error { return quota }})
+		created, err := CreateFiles(ctx, c, c, want)
+		if created || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want.Name) {
+			t.Errorf("created %v, err %v; want the Forbidden error naming %s", created, err, want.Name)
+		}
+		var notReady errFilesNotReady
+		if err := filesReady(ctx, c, c, tmpl); !errors.As(err, &notReady) || !strings.Contains(err.Error(), "FilesReady") {
+			t.Errorf("filesReady without the ConfigMap: %v; want errFilesNotReady pointing at FilesReady", err)
 		}
 	})
 
@@ -223,8 +242,11 @@ func TestEnsureFiles(t *testing.T) {
 	}
 	t.Run("AlreadyExists with the same bytes: accepted", func(t *testing.T) {
 		c, live := notInCache(want.DeepCopy())
-		if err := ensureFiles(ctx, c, live, tmpl); err != nil {
+		if _, err := CreateFiles(ctx, c, live, want); err != nil {
 			t.Error(err)
+		}
+		if err := filesReady(ctx, c, live, tmpl); err != nil {
+			t.Errorf("filesReady reads a cache miss through live: %v", err)
 		}
 	})
 	for name, edit := range map[string]func(cm *corev1.ConfigMap){
@@ -239,11 +261,24 @@ func TestEnsureFiles(t *testing.T) {
 			existing := want.DeepCopy()
 			edit(existing)
 			c, live := notInCache(existing)
-			err := ensureFiles(ctx, c, live, tmpl)
-			var invalid errInvalidTemplate
-			if !errors.As(err, &invalid) || !strings.Contains(err.Error(), want.Name) {
-				t.Errorf("err %v: want errInvalidTemplate naming %s", err, want.Name)
+			_, err := CreateFiles(ctx, c, live, want)
+			var conflict FilesConflict
+			if !errors.As(err, &conflict) || conflict.Name != want.Name || !strings.Contains(err.Error(), "delete or rename") {
+				t.Errorf("err %v: want a FilesConflict naming %s and the fix", err, want.Name)
+			}
+			var notReady errFilesNotReady
+			if err := filesReady(ctx, c, live, tmpl); !errors.As(err, &notReady) || !strings.Contains(err.Error(), conflict.Why) {
+				t.Errorf("filesReady: %v; want errFilesNotReady saying %q", err, conflict.Why)
 			}
 		})
 	}
+
+	t.Run("spec.files the controller refuses: RenderFailed, not a wait", func(t *testing.T) {
+		big := filesTemplate(text("a", strings.Repeat("\u00e9", lullv1.FilesMaxBytes/2+1)))
+		c := filesClient(t, interceptor.Funcs{})
+		var invalid errInvalidTemplate
+		if err := filesReady(ctx, c, c, big); !errors.As(err, &invalid) {
+			t.Errorf("filesReady: %v; want errInvalidTemplate", err)
+		}
+	})
 }

@@ -54,7 +54,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;list
 
@@ -94,9 +94,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	// Before the StatefulSet: its pod template must never name a files
-	// ConfigMap that does not exist.
-	if err := ensureFiles(ctx, r.Client, r.reader(), t); err != nil {
-		return r.renderFailed(ctx, s, err)
+	// ConfigMap that does not exist. The template controller creates it.
+	if err := filesReady(ctx, r.Client, r.reader(), t); err != nil {
+		return r.waitForFiles(ctx, req.NamespacedName, s, err)
 	}
 	if o.StatefulSet, err = ensureStatefulSet(ctx, r.Client, r.reader(), s, t, rollout.Replicas(o)); err != nil {
 		return r.renderFailed(ctx, s, err)
@@ -390,6 +390,10 @@ func containsField(raw []byte, annotation string) bool {
 // minutes, counted from when the problem began), since what blocks it (a
 // quota, a webhook, a conflicting object) can be fixed without any event
 // lull watches; the condition says when the next try is.
+//
+// A session waiting for its template's files (ReasonFilesNotReady) is not
+// broken: Ready stays what its pod says, and no Event is recorded for it,
+// since the template records the cause once (its FilesReady condition).
 func (r *Reconciler) blocked(ctx context.Context, s *lullv1.Session, reason, msg string) (ctrl.Result, error) {
 	pod, err := r.pod(ctx, s)
 	if err != nil {
@@ -397,9 +401,10 @@ func (r *Reconciler) blocked(ctx context.Context, s *lullv1.Session, reason, msg
 	}
 	now := r.now()
 	since := now
-	if c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionReady); c != nil && c.Reason == reason {
+	if c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionUpToDate); c != nil && c.Reason == reason {
 		since = c.LastTransitionTime.Time
 	}
+	waiting := reason == rollout.ReasonFilesNotReady
 	retry := NextRetry(since, now)
 	msg = fmt.Sprintf("%s; next try at %s", msg, retry.UTC().Format(time.RFC3339))
 	// The report is judged on the API server's clock here too: a runtime
@@ -412,8 +417,11 @@ func (r *Reconciler) blocked(ctx context.Context, s *lullv1.Session, reason, msg
 	}
 	st := rollout.NextStatus(o, a)
 	st.UpdateRevision = s.Status.UpdateRevision // the StatefulSet was not read
-	newReason := !hasConditionReason(s, lullv1.ConditionReady, reason)
+	newReason := !hasConditionReason(s, lullv1.ConditionUpToDate, reason)
 	for _, typ := range []string{lullv1.ConditionReady, lullv1.ConditionUpToDate} {
+		if waiting && typ == lullv1.ConditionReady {
+			continue
+		}
 		status := metav1.ConditionFalse
 		if typ == lullv1.ConditionUpToDate {
 			status = metav1.ConditionUnknown
@@ -432,7 +440,7 @@ func (r *Reconciler) blocked(ctx context.Context, s *lullv1.Session, reason, msg
 	if err := r.writeStatus(ctx, s, st, reason); err != nil {
 		return ctrl.Result{}, err
 	}
-	if newReason {
+	if newReason && !waiting {
 		r.Recorder.Eventf(s, nil, corev1.EventTypeWarning, reason, "Render", msg)
 	}
 	// This write may suspend or resume the session (its phase), or say its

@@ -6,6 +6,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -33,8 +34,9 @@ type Options struct {
 
 // SetupWithManager registers the reconciler and its watches: Sessions
 // (spec and the runtime's reports), the objects it owns, the session pods
-// (by their lull.dev/session label), and SessionTemplates (every session of
-// a template whose spec changed is re-rendered at once).
+// (by their lull.dev/session label), SessionTemplates (every session of
+// a template whose spec changed is re-rendered at once), and the templates'
+// files ConfigMaps (by their lull.dev/template label).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &lullv1.Session{}, IndexTemplateName, func(o client.Object) []string {
 		return []string{o.(*lullv1.Session).Spec.TemplateRef.Name}
@@ -63,6 +65,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		// A status write that admits sessions to the rollout's wave
 		// enqueues those sessions only.
 		Watches(&lullv1.SessionTemplate{}, admittedSessions).
+		// A template's files ConfigMap, created by the template controller,
+		// releases the sessions waiting for it (FilesNotReady). The cache
+		// holds only ConfigMaps labelled lull.dev/files.
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.filesToSessions)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
 		Complete(r)
 }
@@ -94,6 +100,16 @@ func podToSession(_ context.Context, o client.Object) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+// filesToSessions maps a files ConfigMap to the sessions of its template
+// (its lull.dev/template label).
+func (r *Reconciler) filesToSessions(ctx context.Context, o client.Object) []reconcile.Request {
+	tpl, ok := o.GetLabels()[lullv1.LabelTemplate]
+	if !ok {
+		return nil
+	}
+	return r.templateToSessions(ctx, &lullv1.SessionTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: o.GetNamespace(), Name: tpl}})
 }
 
 func (r *Reconciler) templateToSessions(ctx context.Context, o client.Object) []reconcile.Request {

@@ -39,11 +39,12 @@ const MinWriteInterval = time.Second
 // Reconciler writes SessionTemplate status.
 type Reconciler struct {
 	Client client.Client
-	// APIReader reads sessions from the API server, not the cache, before
-	// a place in the wave is released as never taken up; nil means Client.
+	// APIReader reads from the API server, not the cache: sessions before
+	// a place in the wave is released as never taken up, and a files
+	// ConfigMap whose create met AlreadyExists. Nil means Client.
 	APIReader client.Reader
 	// Recorder records the template's Warning Events (the brake, a
-	// break-glass in force); nil records none.
+	// break-glass in force, files that cannot be made); nil records none.
 	Recorder recorder.EventRecorder
 	// Clock spaces status writes; nil means the real clock.
 	Clock clock.PassiveClock
@@ -51,15 +52,26 @@ type Reconciler struct {
 	mu        sync.Mutex
 	lastWrite map[types.NamespacedName]time.Time
 	drains    drainClock
+	files     filesBackoff
 }
 
 // +kubebuilder:rbac:groups=lull.dev,resources=sessiontemplates/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile recounts one template's sessions.
+// Reconcile makes the ConfigMap of one template's files and recounts its
+// sessions.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	t := &lullv1.SessionTemplate{}
 	if err := r.Client.Get(ctx, req.NamespacedName, t); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.files.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	files, filesRetry, err := r.reconcileFiles(ctx, t)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
 	var list lullv1.SessionList
 	if err := r.Client.List(ctx, &list, client.InNamespace(t.Namespace), client.MatchingFields{session.IndexTemplateName: t.Name}); err != nil {
@@ -72,6 +84,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	r.drains.observe(req.NamespacedName, list.Items, now)
 	mean, measured := r.drains.meanOf(req.NamespacedName)
 	next, requeue := NextStatus(t, list.Items, now, mean, measured)
+	setFilesCondition(&next, files)
+	if filesRetry > 0 && (requeue == 0 || filesRetry < requeue) {
+		requeue = filesRetry
+	}
 	result := ctrl.Result{RequeueAfter: requeue}
 	if equality.Semantic.DeepEqual(t.Status, next) {
 		return result, nil
@@ -173,7 +189,8 @@ func setPolicyConditions(t *lullv1.SessionTemplate, st *lullv1.SessionTemplateSt
 }
 
 // recordTransitions records a Warning Event when the brake stops a
-// revision and when a break-glass comes into force.
+// revision, when a break-glass comes into force, and when FilesReady turns
+// False or changes its False reason (not on each retry).
 func (r *Reconciler) recordTransitions(t *lullv1.SessionTemplate, before, after lullv1.SessionTemplateStatus) {
 	if r.Recorder == nil {
 		return
@@ -188,6 +205,9 @@ func (r *Reconciler) recordTransitions(t *lullv1.SessionTemplate, before, after 
 	if c := meta.FindStatusCondition(after.Conditions, lullv1.ConditionBreakGlass); c != nil && c.Status == metav1.ConditionTrue && !was(c.Type, c.Reason) {
 		r.Recorder.Eventf(t, nil, corev1.EventTypeWarning, "BreakGlass", "ForceRollout", c.Message)
 	}
+	if c := FilesEvent(before, after); c != nil {
+		r.Recorder.Eventf(t, nil, corev1.EventTypeWarning, c.Reason, "CreateFiles", c.Message)
+	}
 }
 
 // refresh replaces the named sessions of list with their versions on the
@@ -196,10 +216,7 @@ func (r *Reconciler) refresh(ctx context.Context, list []lullv1.Session, names [
 	if len(names) == 0 {
 		return nil
 	}
-	reader := r.APIReader
-	if reader == nil {
-		reader = r.Client
-	}
+	reader := r.reader()
 	want := map[string]bool{}
 	for _, n := range names {
 		want[n] = true
@@ -215,6 +232,14 @@ func (r *Reconciler) refresh(ctx context.Context, list []lullv1.Session, names [
 		list[i] = live
 	}
 	return nil
+}
+
+// reader reads from the API server, bypassing the cache.
+func (r *Reconciler) reader() client.Reader {
+	if r.APIReader == nil {
+		return r.Client
+	}
+	return r.APIReader
 }
 
 func (r *Reconciler) now() time.Time {
@@ -338,7 +363,8 @@ func Summarize(t *lullv1.SessionTemplate, sessions []lullv1.Session) lullv1.Sess
 }
 
 // SetupWithManager registers the reconciler; any session change recounts
-// its template.
+// its template, and any change of a template's files ConfigMap looks at it
+// again.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("sessiontemplate").
@@ -347,5 +373,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			s := o.(*lullv1.Session)
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.TemplateRef.Name}}}
 		})).
+		// A deleted files ConfigMap is made again at once. The cache holds
+		// only ConfigMaps labelled lull.dev/files.
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(filesToTemplate)).
 		Complete(r)
 }
