@@ -51,12 +51,12 @@ func TestFilesCondition(t *testing.T) {
 	policy := apierrors.NewForbidden(corev1.Resource("configmaps"), name, errors.New("ValidatingAdmissionPolicy 'no-configmaps' with binding 'b' denied request: ConfigMaps are managed by GitOps"))
 	created := FilesCondition(tmpl, name, true, nil, time.Time{}, nil)
 	for _, tc := range []struct {
-		what         string
-		created      bool
-		err          error
-		prev         *metav1.Condition
-		status       metav1.ConditionStatus
-		reason       string
+		what          string
+		created       bool
+		err           error
+		prev          *metav1.Condition
+		status        metav1.ConditionStatus
+		reason        string
 		wantInMessage []string
 	}{
 		{"created", true, nil, nil, metav1.ConditionTrue, lullv1.ReasonFilesCreated, []string{name}},
