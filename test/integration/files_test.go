@@ -11,11 +11,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/controller/session"
+	"lull.dev/lull/internal/rollout"
 )
 
 // TestFilesValidation checks that the API server refuses bad spec.files
@@ -163,14 +166,17 @@ func TestFilesConfigMap(t *testing.T) {
 		if err := admin.Update(ctx, tpl); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 15*time.Second, "RenderFailed naming the ConfigMap", func(ctx context.Context) error {
+		eventually(t, 15*time.Second, "the template's FilesReady says FilesConflict naming the ConfigMap", func(ctx context.Context) error {
+			return filesReadyIs(ctx, ns, tpl.Name, metav1.ConditionFalse, lullv1.ReasonFilesConflict, squatter.Name, "delete or rename")
+		})
+		eventually(t, 15*time.Second, "the session waits for the files (FilesNotReady)", func(ctx context.Context) error {
 			got := &lullv1.Session{}
 			if err := admin.Get(ctx, key, got); err != nil {
 				return err
 			}
-			r := meta.FindStatusCondition(got.Status.Conditions, lullv1.ConditionReady)
-			if r == nil || r.Reason != "RenderFailed" || !strings.Contains(r.Message, squatter.Name) {
-				return fmt.Errorf("Ready = %+v", r)
+			c := meta.FindStatusCondition(got.Status.Conditions, lullv1.ConditionUpToDate)
+			if c == nil || c.Reason != rollout.ReasonFilesNotReady || !strings.Contains(c.Message, squatter.Name) {
+				return fmt.Errorf("UpToDate = %+v", c)
 			}
 			return nil
 		})
@@ -180,7 +186,50 @@ func TestFilesConfigMap(t *testing.T) {
 		if got := filesVolumeName(sts); got != filesVolumeName(before) {
 			t.Errorf("the StatefulSet was moved to the refused ConfigMap %s", got)
 		}
+		got := &corev1.ConfigMap{}
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(squatter), got); err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Labels) != 0 || got.Immutable != nil || got.Data["config.yaml"] != "model: evil\n" {
+			t.Errorf("the squatting ConfigMap was adopted or changed: labels %v, immutable %v, data %v", got.Labels, got.Immutable, got.Data)
+		}
+
+		// Deleting it is the fix: lull creates its own, and the session moves.
+		if err := admin.Delete(ctx, squatter); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, "lull's ConfigMap replaces the deleted one and the StatefulSet mounts it", func(ctx context.Context) error {
+			if err := filesReadyIs(ctx, ns, tpl.Name, metav1.ConditionTrue, lullv1.ReasonFilesCreated, squatter.Name); err != nil {
+				return err
+			}
+			if err := admin.Get(ctx, key, sts); err != nil {
+				return err
+			}
+			if got := filesVolumeName(sts); got != squatter.Name {
+				return fmt.Errorf("files volume names %q", got)
+			}
+			return nil
+		})
 	})
+}
+
+// filesReadyIs returns nil when the template's FilesReady condition has
+// status and reason and its message holds every one of parts.
+func filesReadyIs(ctx context.Context, ns, template string, status metav1.ConditionStatus, reason string, parts ...string) error {
+	tpl := &lullv1.SessionTemplate{}
+	if err := admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: template}, tpl); err != nil {
+		return err
+	}
+	c := meta.FindStatusCondition(tpl.Status.Conditions, lullv1.ConditionFilesReady)
+	if c == nil || c.Status != status || c.Reason != reason {
+		return fmt.Errorf("FilesReady = %+v, want %s %s", c, status, reason)
+	}
+	for _, p := range parts {
+		if !strings.Contains(c.Message, p) {
+			return fmt.Errorf("FilesReady message %q does not contain %q", c.Message, p)
+		}
+	}
+	return nil
 }
 
 // filesVolumeName is the ConfigMap the StatefulSet's lull-files volume
