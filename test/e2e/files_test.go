@@ -116,6 +116,7 @@ func TestFilesQuotaReportedAndRecovered(t *testing.T) {
 		t.Fatal(err)
 	}
 	tmpl.Spec.Files = withFiles("model: small\n")
+	busyBefore := finishedTurns(t, uid)
 	if err := c.Update(ctx, tmpl); err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +149,12 @@ func TestFilesQuotaReportedAndRecovered(t *testing.T) {
 		}
 		return nil
 	})
-	finishedTurn(t, uid, "the session keeps doing turns")
+	eventually(t, 20*time.Second, "the session keeps finishing turns on its pod", func() error {
+		if n := finishedTurns(t, uid); n <= busyBefore {
+			return fmt.Errorf("%d turns finished, %d before the files changed", n, busyBefore)
+		}
+		return nil
+	})
 
 	if err := c.Get(ctx, client.ObjectKeyFromObject(quota), quota); err != nil {
 		t.Fatal(err)
@@ -169,4 +175,15 @@ func TestFilesQuotaReportedAndRecovered(t *testing.T) {
 	if cond := meta.FindStatusCondition(got.Status.Conditions, lullv1.ConditionFilesReady); cond == nil || cond.Status != metav1.ConditionTrue {
 		t.Errorf("FilesReady = %+v after the quota was raised, want True", cond)
 	}
+}
+
+// finishedTurns counts the journaled turns that ended on pod uid.
+func finishedTurns(t *testing.T, uid types.UID) int {
+	n := 0
+	for _, tr := range turnsOn(t, uid) {
+		if !tr.Ended.IsZero() {
+			n++
+		}
+	}
+	return n
 }

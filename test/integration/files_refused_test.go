@@ -114,7 +114,8 @@ func TestFilesQuota(t *testing.T) {
 	if err := admin.Status().Update(ctx, quota); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 45*time.Second, "the quota raised: FilesReady=True and both StatefulSets mount the new files", func(ctx context.Context) error {
+	// The next try may be up to a backoff step away.
+	eventually(t, 90*time.Second, "the quota raised: FilesReady=True and both StatefulSets mount the new files", func(ctx context.Context) error {
 		if err := filesReadyIs(ctx, ns, tpl.Name, metav1.ConditionTrue, lullv1.ReasonFilesCreated, second); err != nil {
 			return err
 		}
@@ -257,7 +258,16 @@ func TestFilesAdmissionDenied(t *testing.T) {
 	if err := admin.Delete(ctx, binding); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 45*time.Second, "the policy gone: FilesReady=True and the StatefulSet mounts the files", func(ctx context.Context) error {
+	eventually(t, 30*time.Second, "the policy no longer denies", func(ctx context.Context) error {
+		p := probe.DeepCopy()
+		if err := admin.Create(ctx, p); err != nil {
+			return err
+		}
+		return admin.Delete(ctx, p)
+	})
+	// The create has been refused for a while: the next try may be up to
+	// a backoff step (here at most 32 s) away.
+	eventually(t, 90*time.Second, "the policy gone: FilesReady=True and the StatefulSet mounts the files", func(ctx context.Context) error {
 		if err := filesReadyIs(ctx, ns, tpl.Name, metav1.ConditionTrue, lullv1.ReasonFilesCreated, cm); err != nil {
 			return err
 		}
