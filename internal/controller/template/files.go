@@ -120,9 +120,10 @@ type filesInvalid struct{ err error }
 
 func (e filesInvalid) Error() string { return e.err.Error() }
 
-// filesBackoff remembers, per template, the files ConfigMap whose create
-// was last refused, how many times in a row, when to try again and the
-// condition that try produced. The zero value is ready to use.
+// filesBackoff remembers, per template, the files ConfigMap it last tried:
+// after a refusal, how many times in a row, when to try again and the
+// condition that try produced; after a success, whether this controller
+// created it. The zero value is ready to use.
 type filesBackoff struct {
 	mu    sync.Mutex
 	tries map[types.NamespacedName]filesTry
@@ -133,6 +134,7 @@ type filesTry struct {
 	failures int
 	next     time.Time
 	cond     metav1.Condition
+	created  bool
 }
 
 // pending returns the last refused try of the ConfigMap name, when its
@@ -157,6 +159,7 @@ func (b *filesBackoff) failed(key types.NamespacedName, name string, now time.Ti
 	if tr.name != name {
 		tr = filesTry{name: name}
 	}
+	tr.created = false
 	tr.failures++
 	tr.next = now.Add(FilesRetryAfter(tr.failures))
 	b.tries[key] = tr
@@ -172,6 +175,22 @@ func (b *filesBackoff) remember(key types.NamespacedName, c metav1.Condition) {
 		tr.cond = c
 		b.tries[key] = tr
 	}
+}
+
+// succeeded records that the ConfigMap name exists as lull would create
+// it, created by this call or not, and reports whether this controller
+// created it: a status write that did not land (the write budget, a
+// conflict) must not turn Created into Present on the next reconcile.
+func (b *filesBackoff) succeeded(key types.NamespacedName, name string, created bool) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.tries == nil {
+		b.tries = map[types.NamespacedName]filesTry{}
+	}
+	tr := b.tries[key]
+	created = created || tr.name == name && tr.created
+	b.tries[key] = filesTry{name: name, created: created}
+	return created
 }
 
 func (b *filesBackoff) forget(key types.NamespacedName) {
@@ -217,8 +236,7 @@ func (r *Reconciler) reconcileFiles(ctx context.Context, t *lullv1.SessionTempla
 		log.FromContext(ctx).Info("files ConfigMap not made", "configMap", desired.Name, "reason", c.Reason, "retryAt", retryAt)
 		return &c, retryAt.Sub(now), nil
 	}
-	c := FilesCondition(t, desired.Name, created, nil, time.Time{}, prev)
-	r.files.forget(key)
+	c := FilesCondition(t, desired.Name, r.files.succeeded(key, desired.Name, created), nil, time.Time{}, prev)
 	if created {
 		log.FromContext(ctx).Info("created files ConfigMap", "configMap", desired.Name)
 	}

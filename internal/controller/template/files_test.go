@@ -118,12 +118,13 @@ func TestFilesEvent(t *testing.T) {
 // Event, and is tried again with backoff: the reconciles in between (every
 // session change brings one) do not repeat it, the retry does not record
 // another Event, and the try after the quota is raised creates it. A change
-// of spec.files is tried at once.
+// of spec.files is tried at once. A ConfigMap this controller created
+// stays Created even when the status write of that try did not land.
 func TestReconcileFilesRefusedThenCreated(t *testing.T) {
 	ctx := context.Background()
 	clock := clocktesting.NewFakePassiveClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 	var creates atomic.Int32
-	var full atomic.Bool
+	var full, conflict atomic.Bool
 	full.Store(true)
 	sch := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(sch); err != nil {
@@ -142,6 +143,11 @@ func TestReconcileFilesRefusedThenCreated(t *testing.T) {
 			return apierrors.NewForbidden(corev1.Resource("configmaps"), o.GetName(), errors.New("exceeded quota: q, requested: count/configmaps=1, used: count/configmaps=1, limited: count/configmaps=1"))
 		}
 		return c.Create(ctx, o, opts...)
+	}, SubResourcePatch: func(ctx context.Context, c client.Client, sub string, o client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+		if conflict.Swap(false) {
+			return apierrors.NewConflict(lullv1.GroupVersion.WithResource("sessiontemplates").GroupResource(), o.GetName(), errors.New("changed"))
+		}
+		return c.SubResource(sub).Patch(ctx, o, p, opts...)
 	}})
 	rec := events.NewFakeRecorder(10)
 	r := &Reconciler{Client: c, Recorder: rec, Clock: clock}
@@ -198,6 +204,9 @@ func TestReconcileFilesRefusedThenCreated(t *testing.T) {
 
 	full.Store(false) // the quota is raised
 	clock.SetTime(clock.Now().Add(2 * time.Second))
+	conflict.Store(true) // and the status write of the try that creates it does not land
+	reconcile()
+	clock.SetTime(clock.Now().Add(MinWriteInterval))
 	reconcile()
 	if c := filesReady(); c == nil || c.Status != metav1.ConditionTrue || c.Reason != lullv1.ReasonFilesCreated {
 		t.Fatalf("after the quota is raised: FilesReady = %+v, want True Created", c)
