@@ -76,6 +76,14 @@ const (
 	// lull's; its value is the files' content address, the suffix of the
 	// ConfigMap's name.
 	LabelFiles = "lull.dev/files"
+
+	// AnnotationFilesReferencedAt on a files ConfigMap is the time (RFC
+	// 3339) a session reconciler last pointed a StatefulSet at it. Writing
+	// it changes the ConfigMap's resourceVersion, so the files sweeper,
+	// whose deletes carry a resourceVersion precondition and which waits a
+	// grace period after every change it sees, never deletes a ConfigMap
+	// a StatefulSet is about to name (docs/runtime-files.md, "Sweeper").
+	AnnotationFilesReferencedAt = "lull.dev/referenced-at"
 )
 
 // FilesVolume is the volume of a session pod that holds the template's

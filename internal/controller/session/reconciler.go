@@ -54,7 +54,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;list
 
@@ -98,7 +98,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := ensureFiles(ctx, r.Client, r.reader(), t); err != nil {
 		return r.renderFailed(ctx, s, err)
 	}
-	if o.StatefulSet, err = ensureStatefulSet(ctx, r.Client, r.reader(), s, t, rollout.Replicas(o)); err != nil {
+	if o.StatefulSet, err = ensureStatefulSet(ctx, r.Client, r.reader(), s, t, rollout.Replicas(o), o.Now); err != nil {
 		return r.renderFailed(ctx, s, err)
 	}
 	// After the StatefulSet: a template it refuses (at render or on the API
