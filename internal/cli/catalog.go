@@ -2,18 +2,19 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/catalog"
+	"lull.dev/lull/internal/controller/session"
 )
 
 func init() { subcommands = append(subcommands, newCatalogCommand) }
@@ -83,20 +84,16 @@ It exits non-zero when the image is refused.`,
 
 // errRefused makes `lull catalog check` exit non-zero; the reason was
 // printed already.
-var errRefused = fmt.Errorf("image refused")
+var errRefused = errors.New("image refused")
 
 // readCatalog returns RuntimeCatalog "default", or nil when there is none
 // (or its API is not installed): then every image is allowed.
 func readCatalog(ctx context.Context, c client.Reader) (*lullv1.RuntimeCatalog, error) {
-	cat := &lullv1.RuntimeCatalog{}
-	err := c.Get(ctx, client.ObjectKey{Name: lullv1.RuntimeCatalogName}, cat)
-	switch {
-	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+	cat, err := session.ReadCatalog(ctx, c)
+	if meta.IsNoMatchError(errors.Unwrap(err)) {
 		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("read RuntimeCatalog %q: %w", lullv1.RuntimeCatalogName, err)
 	}
-	return cat, nil
+	return cat, err
 }
 
 // WriteCatalog prints RuntimeCatalog "default" as a table, one line per
