@@ -82,7 +82,7 @@ func TestWriteTemplatesJudgesEachTemplate(t *testing.T) {
 		return &lullv1.SessionTemplate{
 			ObjectMeta: metav1.ObjectMeta{Namespace: catalogtest.NamespaceA, Name: name},
 			Spec:       lullv1.SessionTemplateSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: lullv1.RuntimeContainerName, Image: image}}}}},
-			Status: lullv1.SessionTemplateStatus{Conditions: []metav1.Condition{{Type: lullv1.ConditionImageAllowed, Status: metav1.ConditionFalse, Reason: lullv1.ReasonImageNotAllowed}}},
+			Status:     lullv1.SessionTemplateStatus{Conditions: []metav1.Condition{{Type: lullv1.ConditionImageAllowed, Status: metav1.ConditionFalse, Reason: lullv1.ReasonImageNotAllowed}}},
 		}
 	}
 	c := catalogClient(catalogtest.Catalog(), tpl("good", "registry.example.com/agent-runtime:v2"), tpl("gone", "registry.example.com/agent-runtime:v0"))

@@ -233,4 +233,3 @@ func TestRuntimeCatalogValidation(t *testing.T) {
 func catalogWith(images ...lullv1.CatalogImage) *lullv1.RuntimeCatalog {
 	return &lullv1.RuntimeCatalog{ObjectMeta: metav1.ObjectMeta{Name: lullv1.RuntimeCatalogName}, Spec: lullv1.RuntimeCatalogSpec{Images: images}}
 }
-
