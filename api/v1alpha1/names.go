@@ -25,6 +25,26 @@ const (
 	// InForce) or names a revision that is not the template's (False,
 	// reason RevisionMismatch).
 	ConditionBreakGlass = "BreakGlass"
+	// ConditionImageAllowed: the runtime image is in RuntimeCatalog
+	// "default" for the template's namespace (True, reason InCatalog), or
+	// there is no catalog (True, reason NoCatalog), or it is not (False,
+	// reason ImageNotAllowed: the rollout admits no session, and no new
+	// pod is created from the image). See docs/catalog.md.
+	ConditionImageAllowed = "ImageAllowed"
+)
+
+// Reasons of the ImageAllowed condition; ReasonImageNotAllowed is also a
+// Session's Ready and UpToDate reason while its pod would run an image the
+// catalog refuses.
+const (
+	// ReasonInCatalog: the catalog lists the image for the namespace.
+	ReasonInCatalog = "InCatalog"
+	// ReasonNoCatalog: there is no RuntimeCatalog "default"; every image
+	// is allowed.
+	ReasonNoCatalog = "NoCatalog"
+	// ReasonImageNotAllowed: the catalog does not list the image for the
+	// namespace.
+	ReasonImageNotAllowed = "ImageNotAllowed"
 )
 
 // Annotations and labels lull reads or writes.

@@ -131,10 +131,11 @@ const (
 
 // Blocked reports whether a session's UpToDate reason means it cannot move
 // until someone acts: a pod stuck terminating, a missing template, objects
-// the API server refuses, or a name taken by an object lull does not own.
+// the API server refuses, a name taken by an object lull does not own, or
+// a runtime image the RuntimeCatalog does not list.
 func Blocked(reason string) bool {
 	switch reason {
-	case ReasonPodStuckTerminating, ReasonTemplateNotFound, ReasonRenderFailed, ReasonNameConflict:
+	case ReasonPodStuckTerminating, ReasonTemplateNotFound, ReasonRenderFailed, ReasonNameConflict, lullv1.ReasonImageNotAllowed:
 		return true
 	}
 	return false

@@ -59,7 +59,8 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;list
 
 // Reconcile runs the phases for one session: template, identity, files,
-// StatefulSet, Service, rollout step, status.
+// the catalog's gate on the runtime image, StatefulSet, Service, rollout
+// step, status.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	s := &lullv1.Session{}
 	if err := r.Client.Get(ctx, req.NamespacedName, s); err != nil {
@@ -98,7 +99,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := ensureFiles(ctx, r.Client, r.reader(), t); err != nil {
 		return r.renderFailed(ctx, s, err)
 	}
-	if o.StatefulSet, err = ensureStatefulSet(ctx, r.Client, r.reader(), s, t, rollout.Replicas(o), o.Now); err != nil {
+	gate, err := r.gateImage(ctx, s, t, rollout.Replicas(o))
+	switch {
+	case err != nil:
+		return ctrl.Result{}, err
+	case gate.Block:
+		return r.blocked(ctx, s, lullv1.ReasonImageNotAllowed, gate.Message)
+	case gate.Hold:
+		o.StatefulSet, err = holdStatefulSet(ctx, r.Client, s, rollout.Replicas(o))
+	default:
+		o.StatefulSet, err = ensureStatefulSet(ctx, r.Client, r.reader(), s, t, rollout.Replicas(o), o.Now)
+	}
+	if err != nil {
 		return r.renderFailed(ctx, s, err)
 	}
 	// After the StatefulSet: a template it refuses (at render or on the API
@@ -130,6 +142,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return result, nil
 	}
 	next := rollout.NextStatus(o, a)
+	if gate.Hold {
+		holdConditions(&next.Conditions, s.Generation, gate.Message)
+	}
 	// Judged before the write: the patch refreshes s from the response.
 	updated := meta.IsStatusConditionTrue(next.Conditions, lullv1.ConditionUpToDate) &&
 		!meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionUpToDate) && s.Status.UpdateRevision != "" &&

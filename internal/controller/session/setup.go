@@ -33,8 +33,9 @@ type Options struct {
 
 // SetupWithManager registers the reconciler and its watches: Sessions
 // (spec and the runtime's reports), the objects it owns, the session pods
-// (by their lull.dev/session label), and SessionTemplates (every session of
-// a template whose spec changed is re-rendered at once).
+// (by their lull.dev/session label), SessionTemplates (every session of a
+// template whose spec changed is re-rendered at once), and the
+// RuntimeCatalog.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &lullv1.Session{}, IndexTemplateName, func(o client.Object) []string {
 		return []string{o.(*lullv1.Session).Spec.TemplateRef.Name}
@@ -63,6 +64,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		// A status write that admits sessions to the rollout's wave
 		// enqueues those sessions only.
 		Watches(&lullv1.SessionTemplate{}, admittedSessions).
+		// A catalog edit may allow or refuse any template's image: every
+		// session is judged again (catalog edits are rare).
+		Watches(&lullv1.RuntimeCatalog{}, handler.EnqueueRequestsFromMapFunc(r.allSessions)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
 		Complete(r)
 }
@@ -130,4 +134,16 @@ func expiredDelta(a, b *lullv1.RuntimeReport) int64 {
 		return 0
 	}
 	return b.ExpiredTurns - a.ExpiredTurns
+}
+
+func (r *Reconciler) allSessions(ctx context.Context, _ client.Object) []reconcile.Request {
+	var list lullv1.SessionList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, s := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}})
+	}
+	return reqs
 }
