@@ -18,9 +18,11 @@
 //     the label lull.dev/session-uid names the Session's UID): the owner
 //     reference is restored (RestoreOwner), never reaped: reaping a live
 //     session's StatefulSet would kill its pod without a drain.
-//   - A pod without a controller whose UID is the session's status.podUID
-//     is the session's own pod, whose StatefulSet was deleted with
-//     --cascade=orphan: the StatefulSet lull renders again adopts it.
+//   - A pod without a controller whose UID is the session's status.podUID,
+//     or created after the Session (a predecessor's pod never is: its
+//     StatefulSet made it before the new Session existed), is the session's
+//     own pod whose StatefulSet was deleted with --cascade=orphan or whose
+//     owner reference was stripped: its StatefulSet adopts it again.
 //   - A claim without a controller was retained (WhenDeleted=Retain: the
 //     StatefulSet controller sets an owner reference on a claim only for
 //     Delete): kept, and when it is older than the Session, reported as a
@@ -91,9 +93,11 @@ type Finding struct {
 // to be reaped or being deleted.
 func (f Finding) Orphaned() bool { return f.Fate == Reap || f.Fate == Terminating }
 
-// Judge returns the findings about o.Objects, in the order given (see the
-// package doc for the rules); objects that are simply the session's own, or
-// someone else's, are not in it.
+// Judge returns the findings about o.Objects, in the order given except
+// that StatefulSets come last (see the package doc for the rules): a pod or
+// claim is judged by its StatefulSet, so it is acted on while that is still
+// there to be read. Objects that are simply the session's own, or someone
+// else's, are not in it.
 func Judge(o Observed) []Finding {
 	s := o.Session
 	// First the StatefulSets: a pod's or claim's verdict follows its
@@ -101,7 +105,7 @@ func Judge(o Observed) []Finding {
 	own := map[types.UID]bool{}       // StatefulSets of the session
 	orphaned := map[types.UID]bool{}  // StatefulSets being reaped
 	pred := map[types.UID]types.UID{} // StatefulSet UID → its session's UID
-	var out []Finding
+	var out, sets []Finding
 	for _, obj := range o.Objects {
 		sts, ok := obj.(*appsv1.StatefulSet)
 		if !ok {
@@ -120,7 +124,7 @@ func Judge(o Observed) []Finding {
 		default:
 			orphaned[sts.UID] = true
 		}
-		out = append(out, f)
+		sets = append(sets, f)
 	}
 	for _, obj := range o.Objects {
 		var f Finding
@@ -143,7 +147,7 @@ func Judge(o Observed) []Finding {
 			out = append(out, f)
 		}
 	}
-	return out
+	return append(out, sets...)
 }
 
 // isFromSession reports whether obj is controlled by s.
@@ -187,7 +191,7 @@ func judgePod(s *lullv1.Session, pod *corev1.Pod, own, orphaned map[types.UID]bo
 	f := Finding{Object: pod, Kind: "Pod"}
 	ref := metav1.GetControllerOf(pod)
 	switch {
-	case ref == nil && s != nil && pod.UID != "" && pod.UID == s.Status.PodUID:
+	case ref == nil && s != nil && (pod.UID != "" && pod.UID == s.Status.PodUID || pod.CreationTimestamp.After(s.CreationTimestamp.Time)):
 		return f, false // the session's own pod; its StatefulSet adopts it again
 	case ref == nil:
 		return reap(f), true // a StatefulSet of that name would adopt it

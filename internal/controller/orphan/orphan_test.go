@@ -109,9 +109,9 @@ func TestJudge(t *testing.T) {
 			sts("sts-old", nil, string(old)),
 			pod("p", bySTS("sts-old")),
 			claim("c", bySTS("sts-old"), before),
-		}, []string{"StatefulSet/x=Reap(old)", "ServiceAccount/lull-runtime-x=Reap(old)", "Service/x=Reap(old)", "Pod/x-0=Reap(old)", "PersistentVolumeClaim/work-x-0=Reap(old)"}},
-		{"a pod without a controller is reaped: the new StatefulSet would adopt it", live, []client.Object{
-			pod("p-old", nil),
+		}, []string{"ServiceAccount/lull-runtime-x=Reap(old)", "Service/x=Reap(old)", "Pod/x-0=Reap(old)", "PersistentVolumeClaim/work-x-0=Reap(old)", "StatefulSet/x=Reap(old)"}},
+		{"a pod without a controller from before the Session is reaped: the new StatefulSet would adopt it", live, []client.Object{
+			func() *corev1.Pod { p := pod("p-old", nil); p.CreationTimestamp = metav1.NewTime(before); return p }(),
 		}, []string{"Pod/x-0=Reap()"}},
 		{"a pod whose StatefulSet is gone is reaped while a Session of the name exists", live, []client.Object{
 			pod("p-old", bySTS("gone")),
@@ -119,11 +119,17 @@ func TestJudge(t *testing.T) {
 		{"a live session's own pod without a controller (its StatefulSet orphaned it) is kept", withPod, []client.Object{
 			pod("pod-own", nil),
 		}, nil},
+		{"a pod without a controller created after the Session is its own, not yet in its status", live, []client.Object{
+			pod("pod-new", nil),
+		}, nil},
+		{"a pod without a controller created before the Session is a predecessor's", live, []client.Object{
+			func() *corev1.Pod { p := pod("pod-old", nil); p.CreationTimestamp = metav1.NewTime(before); return p }(),
+		}, []string{"Pod/x-0=Reap()"}},
 		{"a live session's own object that lost its owner reference is restored, not reaped", live, []client.Object{
 			sts("sts", nil, string(cur)),
 			&rbacv1.Role{ObjectMeta: meta("lull-runtime-x", "r", nil, string(cur))},
 			pod("p", bySTS("sts")),
-		}, []string{"StatefulSet/x=RestoreOwner(cur)", "Role/lull-runtime-x=RestoreOwner(cur)"}},
+		}, []string{"Role/lull-runtime-x=RestoreOwner(cur)", "StatefulSet/x=RestoreOwner(cur)"}},
 		{"an object without owner or lull.dev/session-uid is an orphan", live, []client.Object{
 			&corev1.Service{ObjectMeta: meta("x", "svc", nil, "")},
 		}, []string{"Service/x=Reap()"}},
@@ -141,14 +147,14 @@ func TestJudge(t *testing.T) {
 		{"objects already being deleted are waited for, not deleted again", live, []client.Object{
 			terminating(sts("sts-old", nil, string(old))),
 			terminating(pod("p", bySTS("sts-old"))),
-		}, []string{"StatefulSet/x=Terminating(old)", "Pod/x-0=Terminating(old)"}},
+		}, []string{"Pod/x-0=Terminating(old)", "StatefulSet/x=Terminating(old)"}},
 		{"no Session: objects without a controller are reaped with the pods and claims of their StatefulSet", nil, []client.Object{
 			&corev1.ServiceAccount{ObjectMeta: meta("lull-runtime-x", "sa", nil, string(old))},
 			sts("sts-old", nil, string(old)),
 			pod("p", bySTS("sts-old")),
 			claim("c", bySTS("sts-old"), before),
 			claim("retained", nil, before),
-		}, []string{"StatefulSet/x=Reap(old)", "ServiceAccount/lull-runtime-x=Reap(old)", "Pod/x-0=Reap(old)", "PersistentVolumeClaim/work-x-0=Reap(old)"}},
+		}, []string{"ServiceAccount/lull-runtime-x=Reap(old)", "Pod/x-0=Reap(old)", "PersistentVolumeClaim/work-x-0=Reap(old)", "StatefulSet/x=Reap(old)"}},
 		{"no Session: a pod left without a controller is reaped", nil, []client.Object{
 			pod("p", nil),
 		}, []string{"Pod/x-0=Reap()"}},
