@@ -30,6 +30,7 @@ func orphanSession(t *testing.T, ns, name string) []client.Object {
 	if p == nil {
 		t.Fatal("the session has no pod")
 	}
+	eventually(t, 30*time.Second, "the session is busy (a turn is open)", func() error { return openTurn(t, p.UID) })
 	// The reaper deletes the pod of a Session the user deleted: no drain
 	// is owed to a session that no longer exists.
 	auditor.Exempt(p.UID, "its Session was deleted with --cascade=orphan")
@@ -59,6 +60,10 @@ func orphanSession(t *testing.T, ns, name string) []client.Object {
 	})
 	return left
 }
+
+// busy are the reference runtime's arguments for a session that is in a
+// turn most of the time.
+var busy = []string{"--turn-min=1s", "--turn-max=2s", "--think-max=100ms"}
 
 // reaped returns nil once every object of left (by UID) is gone.
 func reaped(left []client.Object) error {
@@ -95,7 +100,7 @@ func reapedEvents(t *testing.T, ns string) []eventsv1.Event {
 // A busy session deleted with --cascade=orphan leaves nothing behind: its
 // StatefulSet, pod, identity and Service are reaped, each with an Event.
 func TestOrphanedSessionIsReaped(t *testing.T) {
-	ns, names, _ := setup(t, 1)
+	ns, names, _ := setup(t, 1, busy...)
 	left := orphanSession(t, ns, names[0])
 	eventually(t, time.Minute, "everything the session left is reaped", func() error { return reaped(left) })
 	eventually(t, 10*time.Second, "an OrphanReaped Event for the StatefulSet", func() error {
@@ -112,7 +117,7 @@ func TestOrphanedSessionIsReaped(t *testing.T) {
 // name runs a new pod of its own: its predecessor's pod, StatefulSet and
 // identity are gone first, never adopted.
 func TestRecreatedSessionRunsANewPod(t *testing.T) {
-	ns, names, _ := setup(t, 1)
+	ns, names, _ := setup(t, 1, busy...)
 	name := names[0]
 	left := orphanSession(t, ns, name)
 	oldPod := left[0].GetUID()
@@ -142,6 +147,13 @@ func TestRecreatedSessionRunsANewPod(t *testing.T) {
 		}
 		if !metav1.IsControlledBy(sts, cur) {
 			return fmt.Errorf("StatefulSet controller %+v, want the new session %s", metav1.GetControllerOf(sts), cur.UID)
+		}
+		return nil
+	})
+	newPod := pod(t, ns, name)
+	eventually(t, 30*time.Second, "the new pod's runtime takes turns", func() error {
+		if len(turnsOn(t, newPod.UID)) == 0 {
+			return fmt.Errorf("no turn on pod %s yet", newPod.UID)
 		}
 		return nil
 	})
