@@ -82,6 +82,14 @@ const (
 	// pods included; its value is the session name.
 	LabelSession = "lull.dev/session"
 
+	// LabelSessionUID is set on every object lull creates for a session
+	// except its pods (the pod template is left alone: a change there would
+	// give every StatefulSet a new update revision and drain every
+	// session); its value is the Session's UID. It tells a live session's
+	// own object that has lost its owner reference (restored) from a
+	// predecessor's of the same name (reaped).
+	LabelSessionUID = "lull.dev/session-uid"
+
 	// LabelTemplate is set on a session's objects; its value is the template
 	// name.
 	LabelTemplate = "lull.dev/template"

@@ -100,6 +100,8 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 			&corev1.ServiceAccount{}: byLabel,
 			&rbacv1.Role{}:           byLabel,
 			&rbacv1.RoleBinding{}:    byLabel,
+			// Session claims carry the StatefulSet's selector labels.
+			&corev1.PersistentVolumeClaim{}: byLabel,
 			// The content-addressed ConfigMaps of templates' files
 			// (shared by a template's sessions, so not labelled by one).
 			&corev1.ConfigMap{}: {Label: labels.NewSelector().Add(*files)},

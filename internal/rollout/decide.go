@@ -127,6 +127,11 @@ const (
 	ReasonTemplateNotFound = "TemplateNotFound"
 	ReasonRenderFailed     = "RenderFailed"
 	ReasonNameConflict     = "NameConflict"
+
+	// ReasonPredecessorTerminating: a Session recreated under a name waits
+	// until the objects its predecessor left (a StatefulSet, a pod, claims)
+	// are deleted, so its StatefulSet never adopts the predecessor's pod.
+	ReasonPredecessorTerminating = "PredecessorTerminating"
 )
 
 // Blocked reports whether a session's UpToDate reason means it cannot move

@@ -53,24 +53,39 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;list
 
-// Reconcile runs the phases for one session: template, identity, files,
-// the catalog's gate on the runtime image, StatefulSet, Service, rollout
-// step, status.
+// Reconcile runs the phases for one session: orphans, template, identity,
+// files, the catalog's gate on the runtime image, StatefulSet, Service,
+// rollout step, status. A name whose Session no longer exists has its
+// orphans reaped (see reapOrphans).
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	s := &lullv1.Session{}
 	if err := r.Client.Get(ctx, req.NamespacedName, s); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.passing.forget(req.String())
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
 		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		r.passing.forget(req.String())
+		// What a Session deleted with --cascade=orphan left behind: the
+		// watches enqueue its name for every object labelled with it.
+		_, err := r.reapOrphans(ctx, req.NamespacedName, nil)
+		return ctrl.Result{}, err
 	}
 	if s.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil // owner references let the garbage collector remove the rest
+	}
+	// Before anything is rendered: a StatefulSet created while a
+	// predecessor's pod of its name is left would adopt that pod (its
+	// runtime, workspace and user).
+	reaped, err := r.reapOrphans(ctx, req.NamespacedName, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(reaped.left) > 0 && !reaped.ownStatefulSet {
+		return r.blockedWith(ctx, s, nil, rollout.ReasonPredecessorTerminating, waitMessage(reaped.left))
 	}
 
 	t := &lullv1.SessionTemplate{}
@@ -410,6 +425,13 @@ func (r *Reconciler) blocked(ctx context.Context, s *lullv1.Session, reason, msg
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	return r.blockedWith(ctx, s, pod, reason, msg)
+}
+
+// blockedWith is blocked with the session's pod as already read (nil: the
+// session has none, as while a predecessor's objects are being reaped: the
+// pod of its name is not the session's).
+func (r *Reconciler) blockedWith(ctx context.Context, s *lullv1.Session, pod *corev1.Pod, reason, msg string) (ctrl.Result, error) {
 	now := r.now()
 	since := now
 	if c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionReady); c != nil && c.Reason == reason {
