@@ -10,8 +10,9 @@ import "embed"
 //go:embed crd/bases/*.yaml
 var CRDs embed.FS
 
-// Admission holds admission/*.yaml: the ValidatingAdmissionPolicy that
-// confines a runtime's status writes to status.runtime, and its binding.
+// Admission holds admission/*.yaml: the ValidatingAdmissionPolicies that
+// confine a runtime's status writes to status.runtime and hold templates
+// to the RuntimeCatalog, and their bindings.
 //
 //go:embed admission/*.yaml
 var Admission embed.FS

@@ -25,6 +25,12 @@ const (
 	// InForce) or names a revision that is not the template's (False,
 	// reason RevisionMismatch).
 	ConditionBreakGlass = "BreakGlass"
+	// ConditionImageAllowed: the runtime image is in RuntimeCatalog
+	// "default" for the template's namespace (True, reason InCatalog), or
+	// there is no catalog (True, reason NoCatalog), or it is not (False,
+	// reason ImageNotAllowed: the rollout admits no session, and no new
+	// pod is created from the image). See docs/catalog.md.
+	ConditionImageAllowed = "ImageAllowed"
 	// ConditionFilesReady: the ConfigMap of the template's current
 	// spec.files exists with exactly those bytes (True, reason
 	// Created or Present), or cannot be made (False, reason
@@ -32,6 +38,20 @@ const (
 	// revision with files only once it is True. Absent when the template
 	// has no spec.files.
 	ConditionFilesReady = "FilesReady"
+)
+
+// Reasons of the ImageAllowed condition; ReasonImageNotAllowed is also a
+// Session's Ready and UpToDate reason while its pod would run an image the
+// catalog refuses.
+const (
+	// ReasonInCatalog: the catalog lists the image for the namespace.
+	ReasonInCatalog = "InCatalog"
+	// ReasonNoCatalog: there is no RuntimeCatalog "default"; every image
+	// is allowed.
+	ReasonNoCatalog = "NoCatalog"
+	// ReasonImageNotAllowed: the catalog does not list the image for the
+	// namespace.
+	ReasonImageNotAllowed = "ImageNotAllowed"
 )
 
 // Reasons of a SessionTemplate's FilesReady condition.
@@ -91,6 +111,14 @@ const (
 	// pods included; its value is the session name.
 	LabelSession = "lull.dev/session"
 
+	// LabelSessionUID is set on every object lull creates for a session
+	// except its pods (the pod template is left alone: a change there would
+	// give every StatefulSet a new update revision and drain every
+	// session); its value is the Session's UID. It tells a live session's
+	// own object that has lost its owner reference (restored) from a
+	// predecessor's of the same name (reaped).
+	LabelSessionUID = "lull.dev/session-uid"
+
 	// LabelTemplate is set on a session's objects; its value is the template
 	// name.
 	LabelTemplate = "lull.dev/template"
@@ -105,6 +133,14 @@ const (
 	// lull's; its value is the files' content address, the suffix of the
 	// ConfigMap's name.
 	LabelFiles = "lull.dev/files"
+
+	// AnnotationFilesReferencedAt on a files ConfigMap is the time (RFC
+	// 3339) a session reconciler last pointed a StatefulSet at it. Writing
+	// it changes the ConfigMap's resourceVersion, so the files sweeper,
+	// whose deletes carry a resourceVersion precondition and which waits a
+	// grace period after every change it sees, never deletes a ConfigMap
+	// a StatefulSet is about to name (docs/runtime-files.md, "Sweeper").
+	AnnotationFilesReferencedAt = "lull.dev/referenced-at"
 )
 
 // FilesVolume is the volume of a session pod that holds the template's

@@ -10,6 +10,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"lull.dev/lull/internal/controller/filesweep"
 	"lull.dev/lull/internal/manager"
 )
 
@@ -25,7 +26,7 @@ func newControllerCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "controller",
-		Short: "Run the lull controller manager (Session and SessionTemplate controllers)",
+		Short: "Run the lull controller manager (Session and SessionTemplate controllers, files sweeper)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 			cfg, err := restConfig(kubeconfig)
@@ -51,6 +52,8 @@ func newControllerCommand() *cobra.Command {
 	f.DurationVar(&opts.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often replicas try to acquire or renew the lease")
 	f.StringVar(&opts.Namespace, "namespace", "", "watch only this namespace; default: all")
 	f.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 16, "sessions reconciled at once")
+	f.DurationVar(&opts.FilesSweepInterval, "files-sweep-interval", filesweep.DefaultInterval, "longest time between two passes of the files sweeper over a namespace (it also runs on every change it watches)")
+	f.DurationVar(&opts.FilesSweepGrace, "files-sweep-grace", filesweep.DefaultGrace, "how long a files ConfigMap must have been unchanged, as this controller observed it, before the sweeper may delete it; nothing is swept until this long after a start")
 	f.Float32Var(&qps, "kube-api-qps", 200, "client-side limit of API requests per second (the API server's priority and fairness still applies)")
 	f.IntVar(&burst, "kube-api-burst", 400, "client-side burst of API requests")
 	zfs := flag.NewFlagSet("zap", flag.ContinueOnError)

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/controller/filesweep"
 	"lull.dev/lull/internal/demo"
 	"lull.dev/lull/internal/devcluster"
 	"lull.dev/lull/internal/localenv"
@@ -26,6 +27,8 @@ func newDevCommand() *cobra.Command {
 		keep     bool
 		strategy string
 		d        = demo.Defaults()
+
+		sweepInterval, sweepGrace time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -66,7 +69,8 @@ binaries come from 'make tools' (hack/build-tools.sh).`,
 			}
 			defer func() { err = dir.finish(err) }()
 
-			env, err := localenv.Up(ctx, localenv.Options{StateDir: dir.path, Progress: out})
+			env, err := localenv.Up(ctx, localenv.Options{StateDir: dir.path, Progress: out,
+				ControllerArgs: []string{"--files-sweep-interval=" + sweepInterval.String(), "--files-sweep-grace=" + sweepGrace.String()}})
 			if err != nil {
 				if !runDemo && interrupted(ctx) {
 					return nil // Ctrl-C while starting: nothing went wrong
@@ -112,6 +116,8 @@ binaries come from 'make tools' (hack/build-tools.sh).`,
 	f.StringVar(&strategy, "strategy", string(d.Strategy), "demo: update strategy of the rollout, Drain or Passive")
 	f.DurationVar(&d.IdleSuspendAfter, "idle-suspend-after", d.IdleSuspendAfter, "demo, with --strategy Passive: the templates' idle.suspendAfter")
 	f.DurationVar(&d.MaxLifetime, "max-lifetime", d.MaxLifetime, "demo, with --strategy Passive: the templates' maxLifetime (at least 1m)")
+	f.DurationVar(&sweepInterval, "files-sweep-interval", filesweep.DefaultInterval, "the controller's --files-sweep-interval: longest time between two passes of the files sweeper")
+	f.DurationVar(&sweepGrace, "files-sweep-grace", filesweep.DefaultGrace, "the controller's --files-sweep-grace: how long a files ConfigMap must be unchanged before the sweeper may delete it")
 	return cmd
 }
 

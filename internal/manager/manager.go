@@ -1,6 +1,7 @@
 // Package manager assembles lull's controller manager: the scheme, a cache
 // that holds only lull's own objects, the Session and SessionTemplate
-// controllers, health probes, metrics and leader election.
+// controllers, the files sweeper, health probes, metrics and leader
+// election.
 package manager
 
 import (
@@ -24,6 +25,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/controller/filesweep"
 	"lull.dev/lull/internal/controller/session"
 	"lull.dev/lull/internal/controller/template"
 	"lull.dev/lull/internal/requestmetrics"
@@ -49,6 +51,12 @@ type Options struct {
 	// client-go's leaderelection.LeaderElectionConfig does; zero means 15 s,
 	// 10 s and 2 s.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// FilesSweepInterval is the longest time between two passes of the
+	// files sweeper over a namespace; FilesSweepGrace how long a files
+	// ConfigMap must have been unchanged before the sweeper may delete
+	// it. Zero means a minute each (filesweep.DefaultInterval,
+	// filesweep.DefaultGrace).
+	FilesSweepInterval, FilesSweepGrace time.Duration
 }
 
 // Scheme returns a scheme with the core, apps and RBAC types and lull's.
@@ -92,6 +100,8 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 			&corev1.ServiceAccount{}: byLabel,
 			&rbacv1.Role{}:           byLabel,
 			&rbacv1.RoleBinding{}:    byLabel,
+			// Session claims carry the StatefulSet's selector labels.
+			&corev1.PersistentVolumeClaim{}: byLabel,
 			// The content-addressed ConfigMaps of templates' files
 			// (shared by a template's sessions, so not labelled by one).
 			&corev1.ConfigMap{}: {Label: labels.NewSelector().Add(*files)},
@@ -129,6 +139,11 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	}
 	if err := (&template.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("lull-controller")}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up sessiontemplate controller: %w", err)
+	}
+	sweeper := &filesweep.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("lull-controller"),
+		Interval: opts.FilesSweepInterval, Grace: opts.FilesSweepGrace}
+	if err := sweeper.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up files sweeper: %w", err)
 	}
 	return mgr, nil
 }

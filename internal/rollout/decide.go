@@ -132,15 +132,21 @@ const (
 	// condition says why); the session keeps its pod and its StatefulSet
 	// as they are until it does.
 	ReasonFilesNotReady = "FilesNotReady"
+
+	// ReasonPredecessorTerminating: a Session recreated under a name waits
+	// until the objects its predecessor left (a StatefulSet, a pod, claims)
+	// are deleted, so its StatefulSet never adopts the predecessor's pod.
+	ReasonPredecessorTerminating = "PredecessorTerminating"
 )
 
 // Blocked reports whether a session's UpToDate reason means it cannot move
 // until someone acts: a pod stuck terminating, a missing template, objects
-// the API server refuses, a name taken by an object lull does not own, or
-// template files whose ConfigMap cannot be created.
+// the API server refuses, a name taken by an object lull does not own, a
+// runtime image the RuntimeCatalog does not list, or template files whose
+// ConfigMap cannot be created.
 func Blocked(reason string) bool {
 	switch reason {
-	case ReasonPodStuckTerminating, ReasonTemplateNotFound, ReasonRenderFailed, ReasonNameConflict, ReasonFilesNotReady:
+	case ReasonPodStuckTerminating, ReasonTemplateNotFound, ReasonRenderFailed, ReasonNameConflict, lullv1.ReasonImageNotAllowed, ReasonFilesNotReady:
 		return true
 	}
 	return false

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,7 +25,7 @@ import (
 
 // A template's spec.files reach the runtime under lull dev; new content is
 // a new ConfigMap and a new revision, rolled out between turns, and the
-// ConfigMap the old pods booted with is kept.
+// ConfigMap the old pods booted with is swept once they are gone.
 func TestFilesRollout(t *testing.T) {
 	ns, names, before := setupTemplate(t, 2, func(t *lullv1.SessionTemplate) { t.Spec.Files = withFiles("model: big\n") },
 		"--turn-min=300ms", "--turn-max=1s", "--think-max=300ms")
@@ -45,9 +46,15 @@ func TestFilesRollout(t *testing.T) {
 	for _, name := range names {
 		sees(t, types.UID(after.Pods[name].UID), "model: small\n")
 	}
-	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: first}, &corev1.ConfigMap{}); err != nil {
-		t.Errorf("the ConfigMap the first pods booted with is gone: %v", err)
-	}
+	// Once no pod mounts it, the sweeper deletes it (TestFilesSweptOnlyWhenUnneeded
+	// checks it never does so earlier).
+	eventually(t, 20*time.Second, "the ConfigMap the first pods booted with is swept", func() error {
+		err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: first}, &corev1.ConfigMap{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("ConfigMap %s: %v", first, err)
+	})
 }
 
 func withFiles(content string) *lullv1.Files {

@@ -50,7 +50,10 @@ func run(m *testing.M) int {
 		return 1
 	}
 	ctx := context.Background()
-	env, err = localenv.Up(ctx, localenv.Options{StateDir: filepath.Join(dir, "state"), Progress: os.Stderr, LullBinary: bin})
+	// The files sweeper passes every second and waits 2 s after a change, so
+	// TestFilesSweptOnlyWhenUnneeded sees many sweeps in little time.
+	env, err = localenv.Up(ctx, localenv.Options{StateDir: filepath.Join(dir, "state"), Progress: os.Stderr, LullBinary: bin,
+		ControllerArgs: []string{"--files-sweep-interval=1s", "--files-sweep-grace=2s"}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1

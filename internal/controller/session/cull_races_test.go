@@ -224,7 +224,8 @@ func TestIdleSuspendThenResumeEventsAndClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice-0", UID: "pod-2", CreationTimestamp: metav1.NewTime(resumedAt),
-		Labels: map[string]string{lullv1.LabelSession: "alice", appsv1.ControllerRevisionHashLabelKey: "alice-new"}},
+		Labels:          map[string]string{lullv1.LabelSession: "alice", appsv1.ControllerRevisionHashLabelKey: "alice-new"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "alice", UID: "sts-1", Controller: ptrTo(true)}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
 			ContainerStatuses: []corev1.ContainerStatus{{Name: lullv1.RuntimeContainerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}}
 	if err := w.c.Create(ctx, pod); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -131,7 +132,7 @@ func ensureService(ctx context.Context, c client.Client, live client.Reader, s *
 // ensureStatefulSet makes the session's StatefulSet carry the template's
 // current runtime at once: the StatefulSet controller then publishes the new
 // update revision, and the rollout decides when the pod moves to it.
-func ensureStatefulSet(ctx context.Context, c client.Client, live client.Reader, s *lullv1.Session, t *lullv1.SessionTemplate, replicas int32) (*appsv1.StatefulSet, error) {
+func ensureStatefulSet(ctx context.Context, c client.Client, live client.Reader, s *lullv1.Session, t *lullv1.SessionTemplate, replicas int32, now time.Time) (*appsv1.StatefulSet, error) {
 	desired, err := StatefulSet(s, t, replicas)
 	if err != nil {
 		return nil, errInvalidTemplate{err}
@@ -141,6 +142,9 @@ func ensureStatefulSet(ctx context.Context, c client.Client, live client.Reader,
 		if err := sameClaims(existing, desired); err != nil {
 			return nil, errInvalidTemplate{err}
 		}
+	}
+	if err := touchFiles(ctx, c, t, desired, existing, now); err != nil {
+		return nil, err
 	}
 	// Claim templates are immutable on a StatefulSet (and on a
 	// SessionTemplate); the retention policy is not.

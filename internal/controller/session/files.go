@@ -86,8 +86,43 @@ func FilesConfigMapName(t *lullv1.SessionTemplate) string {
 // the order of spec.files.items does not matter. The mount path is not part
 // of it: it is in the pod template, not the ConfigMap.
 func FilesHash(f *lullv1.Files) string {
-	items := slices.Clone(f.Items)
-	slices.SortFunc(items, func(a, b lullv1.FileItem) int { return strings.Compare(a.Name, b.Name) })
+	entries := make([]fileEntry, 0, len(f.Items))
+	for _, it := range f.Items {
+		if it.Content != nil {
+			entries = append(entries, fileEntry{name: it.Name, content: []byte(*it.Content)})
+		} else {
+			entries = append(entries, fileEntry{name: it.Name, binary: true, content: it.BinaryContent})
+		}
+	}
+	return hashFiles(entries)
+}
+
+// ConfigMapFilesHash is FilesHash recomputed from a ConfigMap's content:
+// data as text items, binaryData as binary ones. For the ConfigMap that
+// FilesConfigMap renders from a template, it equals FilesHash of the
+// template's files, so a ConfigMap whose lull.dev/files label is not the
+// hash of what it holds is not one lull wrote (the sweeper never deletes
+// such a ConfigMap).
+func ConfigMapFilesHash(cm *corev1.ConfigMap) string {
+	entries := make([]fileEntry, 0, len(cm.Data)+len(cm.BinaryData))
+	for name, content := range cm.Data {
+		entries = append(entries, fileEntry{name: name, content: []byte(content)})
+	}
+	for name, content := range cm.BinaryData {
+		entries = append(entries, fileEntry{name: name, binary: true, content: content})
+	}
+	return hashFiles(entries)
+}
+
+// fileEntry is one file of the canonical encoding FilesHash describes.
+type fileEntry struct {
+	name    string
+	binary  bool
+	content []byte
+}
+
+func hashFiles(entries []fileEntry) string {
+	slices.SortFunc(entries, func(a, b fileEntry) int { return strings.Compare(a.name, b.name) })
 	h := sha256.New()
 	var n [8]byte
 	put := func(b []byte) {
@@ -95,15 +130,14 @@ func FilesHash(f *lullv1.Files) string {
 		h.Write(n[:])
 		h.Write(b)
 	}
-	for _, it := range items {
-		put([]byte(it.Name))
-		if it.Content != nil {
-			h.Write([]byte{'t'})
-			put([]byte(*it.Content))
-		} else {
+	for _, e := range entries {
+		put([]byte(e.name))
+		if e.binary {
 			h.Write([]byte{'b'})
-			put(it.BinaryContent)
+		} else {
+			h.Write([]byte{'t'})
 		}
+		put(e.content)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }

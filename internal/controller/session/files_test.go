@@ -180,7 +180,7 @@ func filesClient(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) c
 	if err := clientgoscheme.AddToScheme(sch); err != nil {
 		t.Fatal(err)
 	}
-	return interceptor.NewClient(fake.NewClientBuilder().WithScheme(sch).WithObjects(objs...).Build(), funcs)
+	return interceptor.NewClient(withSessionIndex(fake.NewClientBuilder(), sch).WithScheme(sch).WithObjects(objs...).Build(), funcs)
 }
 
 func TestCreateFiles(t *testing.T) {

@@ -25,6 +25,12 @@ var (
 		Help: "Rollout steps the controller carried out (RequestDrain, DeletePod), by reason.",
 	}, []string{"kind", "reason"})
 
+	// orphansReaped counts the objects the reaper deleted, by kind.
+	orphansReaped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lull_orphans_reaped_total",
+		Help: "Objects lull made for a session that no longer exists (or was recreated under its name) deleted by the reaper, by kind.",
+	}, []string{"kind"})
+
 	// culls counts idle culls and lifetime restarts, by reason.
 	culls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lull_session_culls_total",
@@ -33,5 +39,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(statusWrites, actions, expiredTurns, culls)
+	metrics.Registry.MustRegister(statusWrites, actions, expiredTurns, culls, orphansReaped)
 }

@@ -53,23 +53,39 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;list
 
-// Reconcile runs the phases for one session: template, identity, files,
-// StatefulSet, Service, rollout step, status.
+// Reconcile runs the phases for one session: orphans, template, identity,
+// files, the catalog's gate on the runtime image, StatefulSet, Service,
+// rollout step, status. A name whose Session no longer exists has its
+// orphans reaped (see reapOrphans).
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	s := &lullv1.Session{}
 	if err := r.Client.Get(ctx, req.NamespacedName, s); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.passing.forget(req.String())
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
 		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		r.passing.forget(req.String())
+		// What a Session deleted with --cascade=orphan left behind: the
+		// watches enqueue its name for every object labelled with it.
+		_, err := r.reapOrphans(ctx, req.NamespacedName, nil)
+		return ctrl.Result{}, err
 	}
 	if s.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil // owner references let the garbage collector remove the rest
+	}
+	// Before anything is rendered: a StatefulSet created while a
+	// predecessor's pod of its name is left would adopt that pod (its
+	// runtime, workspace and user).
+	reaped, err := r.reapOrphans(ctx, req.NamespacedName, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(reaped.left) > 0 && !reaped.ownStatefulSet {
+		return r.blockedWith(ctx, s, nil, rollout.ReasonPredecessorTerminating, waitMessage(reaped.left))
 	}
 
 	t := &lullv1.SessionTemplate{}
@@ -98,8 +114,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := filesReady(ctx, r.Client, r.reader(), t); err != nil {
 		return r.waitForFiles(ctx, req.NamespacedName, s, err)
 	}
-	if o.StatefulSet, err = ensureStatefulSet(ctx, r.Client, r.reader(), s, t, rollout.Replicas(o)); err != nil {
-		return r.renderFailed(ctx, s, err)
+	gate, err := r.gateImage(ctx, s, t, rollout.Replicas(o))
+	switch {
+	case err != nil:
+		return ctrl.Result{}, err
+	case gate.Block:
+		return r.blocked(ctx, s, lullv1.ReasonImageNotAllowed, gate.Message)
+	case gate.Hold:
+		o.StatefulSet, err = holdStatefulSet(ctx, r.Client, s, rollout.Replicas(o))
+	default:
+		o.StatefulSet, err = ensureStatefulSet(ctx, r.Client, r.reader(), s, t, rollout.Replicas(o), o.Now)
+	}
+	if err != nil {
+		return r.waitForFiles(ctx, req.NamespacedName, s, err) // touchFiles may find it swept
 	}
 	// After the StatefulSet: a template it refuses (at render or on the API
 	// server) leaves the Service routing to the running pod as it was.
@@ -130,6 +157,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return result, nil
 	}
 	next := rollout.NextStatus(o, a)
+	if gate.Hold {
+		holdConditions(&next.Conditions, s.Generation, gate.Message)
+	}
 	// Judged before the write: the patch refreshes s from the response.
 	updated := meta.IsStatusConditionTrue(next.Conditions, lullv1.ConditionUpToDate) &&
 		!meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionUpToDate) && s.Status.UpdateRevision != "" &&
@@ -399,6 +429,13 @@ func (r *Reconciler) blocked(ctx context.Context, s *lullv1.Session, reason, msg
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	return r.blockedWith(ctx, s, pod, reason, msg)
+}
+
+// blockedWith is blocked with the session's pod as already read (nil: the
+// session has none, as while a predecessor's objects are being reaped: the
+// pod of its name is not the session's).
+func (r *Reconciler) blockedWith(ctx context.Context, s *lullv1.Session, pod *corev1.Pod, reason, msg string) (ctrl.Result, error) {
 	now := r.now()
 	since := now
 	if c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionUpToDate); c != nil && c.Reason == reason {

@@ -65,10 +65,12 @@ func newWorld(t *testing.T, funcs interceptor.Funcs, edit func(s *lullv1.Session
 		t.Fatal(err)
 	}
 	sts.OwnerReferences = []metav1.OwnerReference{{APIVersion: lullv1.GroupVersion.String(), Kind: "Session", Name: s.Name, UID: s.UID, Controller: ptrTo(true)}}
+	sts.UID = "sts-1"
 	sts.Status = appsv1.StatefulSetStatus{UpdateRevision: "alice-new"}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice-0", UID: w.podUID,
-			Labels: map[string]string{lullv1.LabelSession: "alice", appsv1.ControllerRevisionHashLabelKey: w.staleRev}},
+			Labels:          map[string]string{lullv1.LabelSession: "alice", appsv1.ControllerRevisionHashLabelKey: w.staleRev},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sts, appsv1.SchemeGroupVersion.WithKind("StatefulSet"))}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning,
 			ContainerStatuses: []corev1.ContainerStatus{{Name: lullv1.RuntimeContainerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}},
 	}
@@ -105,7 +107,7 @@ func newWorld(t *testing.T, funcs interceptor.Funcs, edit func(s *lullv1.Session
 	if err := lullv1.AddToScheme(sch); err != nil {
 		t.Fatal(err)
 	}
-	base := fake.NewClientBuilder().WithScheme(sch).
+	base := withSessionIndex(fake.NewClientBuilder(), sch).WithScheme(sch).
 		WithObjects(tmpl, s, sts, pod).
 		WithStatusSubresource(&lullv1.Session{}, &lullv1.SessionTemplate{}, &appsv1.StatefulSet{}).
 		Build()

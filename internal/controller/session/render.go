@@ -36,8 +36,12 @@ func labels(s *lullv1.Session) map[string]string {
 	}
 }
 
+// objectMeta is the metadata of an object lull renders for a session: its
+// labels and lull.dev/session-uid, which tells the session's own object
+// that lost its owner reference from a predecessor's (see package orphan).
+// The pod template does not carry it (see Pod).
 func objectMeta(s *lullv1.Session, name string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: labels(s)}
+	return metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: merge(labels(s), map[string]string{lullv1.LabelSessionUID: string(s.UID)})}
 }
 
 // StatefulSet renders a session's StatefulSet: replicas as given (1, or 0

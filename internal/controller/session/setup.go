@@ -2,16 +2,20 @@ package session
 
 import (
 	"context"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -33,15 +37,25 @@ type Options struct {
 }
 
 // SetupWithManager registers the reconciler and its watches: Sessions
-// (spec and the runtime's reports), the objects it owns, the session pods
-// (by their lull.dev/session label), SessionTemplates (every session of
-// a template whose spec changed is re-rendered at once), and the templates'
-// files ConfigMaps (by their lull.dev/template label).
+// (spec and the runtime's reports), the objects it renders with the session
+// pods and claims (by their lull.dev/session label, indexed by it as
+// IndexSessionLabel), SessionTemplates (every session of a template whose
+// spec changed is re-rendered at once), the RuntimeCatalog, and the
+// templates' files ConfigMaps (by their lull.dev/template label).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &lullv1.Session{}, IndexTemplateName, func(o client.Object) []string {
 		return []string{o.(*lullv1.Session).Spec.TemplateRef.Name}
 	}); err != nil {
 		return err
+	}
+	for _, list := range sessionKinds() {
+		obj, err := itemOf(mgr, list)
+		if err != nil {
+			return err
+		}
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), obj, IndexSessionLabel, sessionLabelValue); err != nil {
+			return err
+		}
 	}
 	if opts.MaxConcurrentReconciles == 0 {
 		opts.MaxConcurrentReconciles = 8
@@ -50,12 +64,17 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("session").
 		For(&lullv1.Session{}, builder.WithPredicates(countExpiredTurns)).
-		Owns(&appsv1.StatefulSet{}).
-		Owns(&corev1.Service{}).
-		Owns(&corev1.ServiceAccount{}).
-		Owns(&rbacv1.Role{}).
-		Owns(&rbacv1.RoleBinding{}).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToSession)).
+		// By label, not by owner reference: an object whose owner
+		// reference is gone (a Session deleted with --cascade=orphan,
+		// references stripped by hand) must still reach the reconcile of
+		// the name it is labelled with, which reaps it.
+		Watches(&appsv1.StatefulSet{}, bySessionLabel).
+		Watches(&corev1.Service{}, bySessionLabel).
+		Watches(&corev1.ServiceAccount{}, bySessionLabel).
+		Watches(&rbacv1.Role{}, bySessionLabel).
+		Watches(&rbacv1.RoleBinding{}, bySessionLabel).
+		Watches(&corev1.Pod{}, bySessionLabel).
+		Watches(&corev1.PersistentVolumeClaim{}, bySessionLabel).
 		// Only a template's spec (its generation) concerns its sessions: the
 		// template controller's status writes would otherwise enqueue every
 		// session of the template, O(sessions) reconciles per write during
@@ -65,6 +84,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		// A status write that admits sessions to the rollout's wave
 		// enqueues those sessions only.
 		Watches(&lullv1.SessionTemplate{}, admittedSessions).
+		// A catalog edit may allow or refuse any template's image: every
+		// session is judged again (catalog edits are rare).
+		Watches(&lullv1.RuntimeCatalog{}, handler.EnqueueRequestsFromMapFunc(r.allSessions)).
 		// A template's files ConfigMap, created by the template controller,
 		// releases the sessions waiting for it (FilesNotReady). The cache
 		// holds only ConfigMaps labelled lull.dev/files.
@@ -94,7 +116,39 @@ var admittedSessions = handler.Funcs{
 	},
 }
 
-func podToSession(_ context.Context, o client.Object) []reconcile.Request {
+// bySessionLabel enqueues the Session an object is labelled for
+// (lull.dev/session), whether or not that Session exists.
+var bySessionLabel = handler.EnqueueRequestsFromMapFunc(sessionOfLabel)
+
+// itemOf returns an empty object of the type list holds.
+func itemOf(mgr ctrl.Manager, list client.ObjectList) (client.Object, error) {
+	gvk, err := apiutilGVK(list, mgr.GetScheme())
+	if err != nil {
+		return nil, err
+	}
+	obj, err := mgr.GetScheme().New(gvk)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(client.Object), nil
+}
+
+// apiutilGVK is the kind of the items of list.
+func apiutilGVK(list client.ObjectList, sch *runtime.Scheme) (schema.GroupVersionKind, error) {
+	gvk, err := apiutil.GVKForObject(list, sch)
+	gvk.Kind = strings.TrimSuffix(gvk.Kind, "List")
+	return gvk, err
+}
+
+// sessionLabelValue is IndexSessionLabel's value for o.
+func sessionLabelValue(o client.Object) []string {
+	if name, ok := o.GetLabels()[lullv1.LabelSession]; ok {
+		return []string{name}
+	}
+	return nil
+}
+
+func sessionOfLabel(_ context.Context, o client.Object) []reconcile.Request {
 	name, ok := o.GetLabels()[lullv1.LabelSession]
 	if !ok {
 		return nil
@@ -146,4 +200,16 @@ func expiredDelta(a, b *lullv1.RuntimeReport) int64 {
 		return 0
 	}
 	return b.ExpiredTurns - a.ExpiredTurns
+}
+
+func (r *Reconciler) allSessions(ctx context.Context, _ client.Object) []reconcile.Request {
+	var list lullv1.SessionList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, s := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}})
+	}
+	return reqs
 }

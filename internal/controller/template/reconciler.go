@@ -83,7 +83,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	r.drains.observe(req.NamespacedName, list.Items, now)
 	mean, measured := r.drains.meanOf(req.NamespacedName)
-	next, requeue := NextStatus(t, list.Items, now, mean, measured)
+	cat, err := session.ReadCatalog(ctx, r.Client)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	// The catalog's verdict is an input of the plan (no admission while
+	// the image is refused); t keeps the status as the API server has it.
+	judged := t.DeepCopy()
+	meta.SetStatusCondition(&judged.Status.Conditions, ImageCondition(t, cat))
+	next, requeue := NextStatus(judged, list.Items, now, mean, measured)
 	setFilesCondition(&next, files)
 	if filesRetry > 0 && (requeue == 0 || filesRetry < requeue) {
 		requeue = filesRetry
@@ -115,7 +123,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 // NextStatus is the template's status from its sessions as seen at now:
 // the counts (Summarize), the brake, the next wave (at most maxUnavailable
-// of the effective policy, none while paused), the expected completion
+// of the effective policy, none while paused or while t's ImageAllowed
+// condition is False), the expected completion
 // from the mean move time when one was measured, and the conditions. It
 // returns when to look again for the brake's progress deadline.
 func NextStatus(t *lullv1.SessionTemplate, sessions []lullv1.Session, now time.Time, mean time.Duration, measured bool) (lullv1.SessionTemplateStatus, time.Duration) {
@@ -123,7 +132,7 @@ func NextStatus(t *lullv1.SessionTemplate, sessions []lullv1.Session, now time.T
 	policy := rollout.EffectivePolicy(t, next.Revision)
 	brake := rollout.DecideBrake(t, next.Revision, sessions, now)
 	room := rollout.MaxUnavailable(policy, int(next.Sessions-next.Suspended))
-	if brake.Paused {
+	if brake.Paused || meta.IsStatusConditionFalse(t.Status.Conditions, lullv1.ConditionImageAllowed) {
 		room = 0 // those moving finish; nobody starts
 	}
 	passive := policy.Strategy == lullv1.UpdateStrategyPassive
@@ -189,8 +198,9 @@ func setPolicyConditions(t *lullv1.SessionTemplate, st *lullv1.SessionTemplateSt
 }
 
 // recordTransitions records a Warning Event when the brake stops a
-// revision, when a break-glass comes into force, and when FilesReady turns
-// False or changes its False reason (not on each retry).
+// revision, when a break-glass comes into force, when the catalog stops
+// the template's image, and when FilesReady turns False or changes its
+// False reason (not on each retry).
 func (r *Reconciler) recordTransitions(t *lullv1.SessionTemplate, before, after lullv1.SessionTemplateStatus) {
 	if r.Recorder == nil {
 		return
@@ -204,6 +214,11 @@ func (r *Reconciler) recordTransitions(t *lullv1.SessionTemplate, before, after 
 	}
 	if c := meta.FindStatusCondition(after.Conditions, lullv1.ConditionBreakGlass); c != nil && c.Status == metav1.ConditionTrue && !was(c.Type, c.Reason) {
 		r.Recorder.Eventf(t, nil, corev1.EventTypeWarning, "BreakGlass", "ForceRollout", c.Message)
+	}
+	if c := meta.FindStatusCondition(after.Conditions, lullv1.ConditionImageAllowed); c != nil && c.Status == metav1.ConditionFalse {
+		if b := meta.FindStatusCondition(before.Conditions, c.Type); b == nil || b.Status != metav1.ConditionFalse {
+			r.Recorder.Eventf(t, nil, corev1.EventTypeWarning, c.Reason, "HoldRollout", c.Message)
+		}
 	}
 	if c := FilesEvent(before, after); c != nil {
 		r.Recorder.Eventf(t, nil, corev1.EventTypeWarning, c.Reason, "CreateFiles", c.Message)
@@ -363,8 +378,8 @@ func Summarize(t *lullv1.SessionTemplate, sessions []lullv1.Session) lullv1.Sess
 }
 
 // SetupWithManager registers the reconciler; any session change recounts
-// its template, and any change of a template's files ConfigMap looks at it
-// again.
+// its template, a catalog change judges every template's image again, and
+// any change of a template's files ConfigMap looks at it again.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("sessiontemplate").
@@ -373,6 +388,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			s := o.(*lullv1.Session)
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.TemplateRef.Name}}}
 		})).
+		Watches(&lullv1.RuntimeCatalog{}, handler.EnqueueRequestsFromMapFunc(r.allTemplates)).
 		// A deleted files ConfigMap is made again at once. The cache holds
 		// only ConfigMaps labelled lull.dev/files.
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(filesToTemplate)).

@@ -1,0 +1,179 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/catalog"
+	"lull.dev/lull/internal/controller/session"
+)
+
+func init() { subcommands = append(subcommands, newCatalogCommand) }
+
+func newCatalogCommand() *cobra.Command {
+	var (
+		k         kubeFlags
+		templates bool
+	)
+	cmd := &cobra.Command{
+		Use:   "catalog",
+		Short: "List the runtime images templates may run (RuntimeCatalog default)",
+		Long: `List RuntimeCatalog "default": the repositories, tags, digests and
+namespaces a SessionTemplate's runtime image must come from. The API server
+refuses any other (see docs/catalog.md); without a catalog every image is
+allowed. With --templates, also judge the runtime image of every template of
+the namespace.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, ns, err := k.client()
+			if err != nil {
+				return err
+			}
+			if err := WriteCatalog(cmd.Context(), cmd.OutOrStdout(), c); err != nil {
+				return err
+			}
+			if templates {
+				return writeTemplates(cmd.Context(), cmd.OutOrStdout(), c, ns)
+			}
+			return nil
+		},
+	}
+	k.bind(cmd)
+	cmd.Flags().BoolVar(&templates, "templates", false, "also show each template of the namespace with its runtime image and whether the catalog allows it")
+	cmd.AddCommand(newCatalogCheckCommand())
+	return cmd
+}
+
+func newCatalogCheckCommand() *cobra.Command {
+	var k kubeFlags
+	cmd := &cobra.Command{
+		Use:   "check IMAGE",
+		Short: "Say whether a template in the namespace may run IMAGE, and why",
+		Long: `Judge IMAGE as the API server's admission policy judges a template's
+runtime image in the namespace (-n): allowed or refused, with the reason.
+It exits non-zero when the image is refused.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ns, err := k.client()
+			if err != nil {
+				return err
+			}
+			ok, err := CheckImage(cmd.Context(), cmd.OutOrStdout(), c, ns, args[0])
+			if err != nil {
+				return err
+			}
+			if !ok {
+				cmd.SilenceErrors = true
+				return errRefused
+			}
+			return nil
+		},
+	}
+	k.bind(cmd)
+	return cmd
+}
+
+// errRefused makes `lull catalog check` exit non-zero; the reason was
+// printed already.
+var errRefused = errors.New("image refused")
+
+// readCatalog returns RuntimeCatalog "default", or nil when there is none
+// (or its API is not installed): then every image is allowed.
+func readCatalog(ctx context.Context, c client.Reader) (*lullv1.RuntimeCatalog, error) {
+	cat, err := session.ReadCatalog(ctx, c)
+	if meta.IsNoMatchError(errors.Unwrap(err)) {
+		return nil, nil
+	}
+	return cat, err
+}
+
+// WriteCatalog prints RuntimeCatalog "default" as a table, one line per
+// entry (REPOSITORY, TAGS, DIGESTS, NAMESPACES; "*" for every namespace),
+// or says that there is none and every image is allowed.
+func WriteCatalog(ctx context.Context, out io.Writer, c client.Reader) error {
+	cat, err := readCatalog(ctx, c)
+	if err != nil {
+		return err
+	}
+	if cat == nil {
+		fmt.Fprintf(out, "no RuntimeCatalog %q: every image is allowed\n", lullv1.RuntimeCatalogName)
+		return nil
+	}
+	if len(cat.Spec.Images) == 0 {
+		fmt.Fprintf(out, "RuntimeCatalog %q lists no images: every template's runtime image is refused\n", cat.Name)
+		return nil
+	}
+	fmt.Fprintf(out, "RuntimeCatalog %q: a template's runtime image must be one of these (an image with a digest is judged by its digest)\n", cat.Name)
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "REPOSITORY\tTAGS\tDIGESTS\tNAMESPACES")
+	for _, e := range cat.Spec.Images {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Repository, list(e.Tags, "-"), list(e.Digests, "-"), list(e.Namespaces, "*"))
+	}
+	return tw.Flush()
+}
+
+// CheckImage prints whether a template in namespace may run image as its
+// runtime ("allowed: ..." or "refused: ..." with the reason) and returns
+// the verdict. The rules are package catalog's, which the admission policy
+// shares.
+func CheckImage(ctx context.Context, out io.Writer, c client.Reader, namespace, image string) (bool, error) {
+	cat, err := readCatalog(ctx, c)
+	if err != nil {
+		return false, err
+	}
+	ok, why := catalog.Allowed(cat, namespace, image)
+	verdict := "refused"
+	if ok {
+		verdict = "allowed"
+	}
+	fmt.Fprintf(out, "%s: %s in namespace %s: %s\n", verdict, image, namespace, why)
+	return ok, nil
+}
+
+// writeTemplates prints each template of namespace with its runtime image,
+// the catalog's verdict and the controller's ImageAllowed condition.
+func writeTemplates(ctx context.Context, out io.Writer, c client.Reader, namespace string) error {
+	cat, err := readCatalog(ctx, c)
+	if err != nil {
+		return err
+	}
+	var templates lullv1.SessionTemplateList
+	if err := c.List(ctx, &templates, client.InNamespace(namespace)); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\ntemplates in namespace %s:\n", namespace)
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TEMPLATE\tIMAGE\tCATALOG\tIMAGE-ALLOWED (controller)")
+	for _, t := range templates.Items {
+		image, verdict := "(no runtime container)", "-"
+		if rt := t.RuntimeContainer(); rt != nil {
+			image = rt.Image
+			verdict = "refused"
+			if ok, _ := catalog.Allowed(cat, namespace, image); ok {
+				verdict = "allowed"
+			}
+		}
+		cond := "-"
+		if ct := meta.FindStatusCondition(t.Status.Conditions, lullv1.ConditionImageAllowed); ct != nil {
+			cond = fmt.Sprintf("%s (%s)", ct.Status, ct.Reason)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, image, verdict, cond)
+	}
+	return tw.Flush()
+}
+
+func list(items []string, empty string) string {
+	if len(items) == 0 {
+		return empty
+	}
+	return strings.Join(items, ",")
+}
