@@ -118,15 +118,9 @@ func TestFilesQuotaReportedAndRecovered(t *testing.T) {
 		return nil
 	})
 
-	tmpl := &lullv1.SessionTemplate{}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rt"}, tmpl); err != nil {
-		t.Fatal(err)
-	}
-	tmpl.Spec.Files = withFiles("model: small\n")
+	tmpl := &lullv1.SessionTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rt"}}
 	busyBefore := finishedTurns(t, uid)
-	if err := c.Update(ctx, tmpl); err != nil {
-		t.Fatal(err)
-	}
+	edit(t, tmpl, func(tmpl *lullv1.SessionTemplate) { tmpl.Spec.Files = withFiles("model: small\n") })
 	second := lullsession.FilesConfigMapName(tmpl)
 	eventually(t, 20*time.Second, "the template says FilesRefused naming the quota", func() error {
 		got := &lullv1.SessionTemplate{}
@@ -163,13 +157,7 @@ func TestFilesQuotaReportedAndRecovered(t *testing.T) {
 		return nil
 	})
 
-	if err := c.Get(ctx, client.ObjectKeyFromObject(quota), quota); err != nil {
-		t.Fatal(err)
-	}
-	quota.Spec.Hard[count] = resource.MustParse("100")
-	if err := c.Update(ctx, quota); err != nil {
-		t.Fatal(err)
-	}
+	edit(t, quota, func(q *corev1.ResourceQuota) { q.Spec.Hard[count] = resource.MustParse("100") })
 	after := replacedAll(t, ns, names, before)
 	sees(t, types.UID(after.Pods[name].UID), "model: small\n")
 	if !hasEvent(t, ns, name, lullrollout.ReasonDrainRequested) {

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
@@ -146,5 +147,23 @@ func rollout(t *testing.T, ns, image string) {
 	t.Helper()
 	if err := scenario.SetImage(context.Background(), c, ns, "rt", image); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// edit reads obj (its name and namespace set) from the API server, applies
+// change and updates it, again from a fresh read when another writer got
+// there first (a controller writing the template's or a quota's status
+// moves the resourceVersion too).
+func edit[T client.Object](t *testing.T, obj T, change func(T)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		change(obj)
+		return c.Update(context.Background(), obj)
+	})
+	if err != nil {
+		t.Fatalf("update %T %s: %v", obj, obj.GetName(), err)
 	}
 }

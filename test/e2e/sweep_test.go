@@ -63,14 +63,8 @@ func TestFilesSweptOnlyWhenUnneeded(t *testing.T) {
 				}
 			})
 		}
-		tmpl := &lullv1.SessionTemplate{}
-		if err := c.Get(ctx, key, tmpl); err != nil {
-			t.Fatal(err)
-		}
-		tmpl.Spec.Files = files(i)
-		if err := c.Update(ctx, tmpl); err != nil {
-			t.Fatalf("change %d: %v", i, err)
-		}
+		tmpl := &lullv1.SessionTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+		edit(t, tmpl, func(tmpl *lullv1.SessionTemplate) { tmpl.Spec.Files = files(i) })
 		if i == changes/2 {
 			time.Sleep(500 * time.Millisecond)
 			if err := env.StartController(ctx); err != nil {
