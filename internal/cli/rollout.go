@@ -199,9 +199,16 @@ func printPolicy(out io.Writer, t *lullv1.SessionTemplate, maxUnavailable int) {
 		fmt.Fprintf(out, "; drainTimeout %s then %s", p.Duration, t.Spec.UpdatePolicy.OnDrainTimeout)
 	}
 	fmt.Fprintln(out)
-	for _, typ := range []string{lullv1.ConditionRolloutPaused, lullv1.ConditionBreakGlass} {
+	for _, typ := range []string{lullv1.ConditionRolloutPaused, lullv1.ConditionBreakGlass, lullv1.ConditionImageAllowed} {
 		for _, c := range st.Conditions {
-			if c.Type == typ && (c.Status == metav1.ConditionTrue || typ == lullv1.ConditionBreakGlass) {
+			// ImageAllowed only when False: the catalog holds the rollout
+			// as a pause does, and the sessions whose StatefulSet already
+			// carries the image only say they wait for the wave.
+			shown := c.Status == metav1.ConditionTrue || typ == lullv1.ConditionBreakGlass
+			if typ == lullv1.ConditionImageAllowed {
+				shown = c.Status == metav1.ConditionFalse
+			}
+			if c.Type == typ && shown {
 				fmt.Fprintf(out, "  %s=%s (%s): %s\n", c.Type, c.Status, c.Reason, c.Message)
 			}
 		}

@@ -4,6 +4,8 @@
 package catalogtest
 
 import (
+	"strings"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
@@ -33,6 +35,12 @@ func Catalog() *lullv1.RuntimeCatalog {
 			{Repository: "registry.example.com:5000/team/rt", Tags: []string{"stable"}},
 			{Repository: "registry.example.com/scoped", Tags: []string{"v1"}, Namespaces: []string{NamespaceA}},
 			{Repository: "nginx", Digests: []string{OtherListedDigest}},
+			// An IPv6 registry host: its brackets hold colons before the
+			// port's.
+			{Repository: "[fd00::1]:5000/team/rt", Tags: []string{"stable"}},
+			// Non-ASCII before the tag's colon: Go splits by bytes, CEL by
+			// code points; both must cut at the same colon.
+			{Repository: "registry.example.com/ünïcødé", Tags: []string{"v1"}},
 		}},
 	}
 }
@@ -64,4 +72,16 @@ var Cases = []Case{
 	{"digest-only entry", "nginx@" + OtherListedDigest, NamespaceB, true},
 	{"digest-only entry, tag", "nginx:1.27", NamespaceB, false},
 	{"no normalization", "docker.io/library/nginx@" + OtherListedDigest, NamespaceB, false},
+	{"repositories are exact: case", "Registry.example.com/agent-runtime:v1", NamespaceA, false},
+	{"empty tag", "registry.example.com/agent-runtime:", NamespaceA, false},
+	{"trailing slash after the tag", "registry.example.com/agent-runtime:v1/", NamespaceA, false},
+	{"two digests", "registry.example.com/agent-runtime@" + ListedDigest + "@" + ListedDigest, NamespaceA, false},
+	{"digest of another algorithm", "registry.example.com/agent-runtime@sha512:" + strings.Repeat("a", 128), NamespaceA, false},
+	{"digest in uppercase", "registry.example.com/agent-runtime@" + strings.ToUpper(ListedDigest), NamespaceA, false},
+	{"registry port, listed tag, unlisted digest", "registry.example.com:5000/team/rt:stable@" + UnlistedDigest, NamespaceA, false},
+	{"IPv6 registry host, listed tag", "[fd00::1]:5000/team/rt:stable", NamespaceB, true},
+	{"IPv6 registry host, no tag", "[fd00::1]:5000/team/rt", NamespaceB, false},
+	{"non-ASCII repository, listed tag", "registry.example.com/ünïcødé:v1", NamespaceA, true},
+	{"non-ASCII repository, unlisted tag", "registry.example.com/ünïcødé:v2", NamespaceA, false},
+	{"very long tag", "registry.example.com/agent-runtime:" + strings.Repeat("v", 4096), NamespaceA, false},
 }

@@ -54,7 +54,8 @@ type ImageGate struct {
 // image. A running session is never stopped: its StatefulSet is only kept
 // from moving to an image the catalog does not list. A StatefulSet that
 // already carries that image (written while it was allowed) is left as it
-// is.
+// is, except that one scaled to zero is not resumed onto an image the
+// catalog does not list.
 func GateImage(cat *lullv1.RuntimeCatalog, t *lullv1.SessionTemplate, sts *appsv1.StatefulSet, replicas int32) ImageGate {
 	rt := t.RuntimeContainer()
 	if rt == nil {
@@ -69,13 +70,21 @@ func GateImage(cat *lullv1.RuntimeCatalog, t *lullv1.SessionTemplate, sts *appsv
 		return ImageGate{Block: true, Message: msg + "; no pod is created for this session until the catalog lists the image or the template names one it lists (`lull catalog`)"}
 	}
 	held := runtimeImage(sts)
-	if held == rt.Image {
-		return ImageGate{}
-	}
+	// A resume starts a new pod from what the StatefulSet holds. Judged
+	// before the "already carries it" case below: a StatefulSet written
+	// with the template's image while it was allowed, then suspended,
+	// holds exactly the image the catalog now refuses, and resuming it
+	// would start a pod on it.
 	if ptr.Deref(sts.Spec.Replicas, 1) == 0 && replicas > 0 {
 		if ok, _ := catalog.Allowed(cat, t.Namespace, held); !ok {
+			if held == rt.Image {
+				return ImageGate{Block: true, Message: msg + "; its StatefulSet holds that image, so the session does not resume until the catalog lists it or the template names an image it lists (`lull catalog`)"}
+			}
 			return ImageGate{Block: true, Message: msg + fmt.Sprintf("; its last image %s is not allowed either, so the session does not resume until the catalog lists one of them (`lull catalog`)", held)}
 		}
+	}
+	if held == rt.Image {
+		return ImageGate{}
 	}
 	return ImageGate{Hold: true, Message: msg + fmt.Sprintf("; the session keeps %s and is not updated until the catalog lists the image or the template names one it lists (`lull catalog`)", held)}
 }
