@@ -43,13 +43,33 @@ func (e errInvalidTemplate) Error() string { return e.err.Error() }
 // is refused with errNotOwned; one it controls has lost lull's labels
 // (someone edited them), is relabelled and brought up to date, so it enters
 // the cache again instead of silently never being updated.
+//
+// A write is computed against the API server's copy, read through live
+// once the cached one shows that a write is needed: the cache may not show
+// this controller's own last write yet, and a merge patch computed against
+// such a copy leaves out every field it shares with desired, though the
+// live object differs there (a StatefulSet pointed at files B, then back
+// at A with a new image, would keep naming B under a spec-hash that says
+// A). One extra GET per write; writes follow template changes.
 func ensure[T client.Object](ctx context.Context, c client.Client, live client.Reader, s *lullv1.Session, desired, existing T, kind string, copySpec func(dst, src T)) error {
+	return ensureWith(ctx, c, live, s, desired, existing, kind, copySpec, nil)
+}
+
+// ensureWith is ensure with before, when not nil, called just before the
+// object is created or patched, with existing as the API server has it
+// (empty for a create). An error from before stops the write.
+func ensureWith[T client.Object](ctx context.Context, c client.Client, live client.Reader, s *lullv1.Session, desired, existing T, kind string, copySpec func(dst, src T), before func(existing T) error) error {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(desired), existing); err != nil {
 		if !apierrors.IsNotFound(err) {
 			return err
 		}
 		if err := controllerutil.SetControllerReference(s, desired, c.Scheme()); err != nil {
 			return err
+		}
+		if before != nil {
+			if err := before(existing); err != nil {
+				return err
+			}
 		}
 		err := c.Create(ctx, desired)
 		switch {
@@ -69,8 +89,26 @@ func ensure[T client.Object](ctx context.Context, c client.Client, live client.R
 	if !metav1.IsControlledBy(existing, s) {
 		return errNotOwned{kind: kind, name: existing.GetName()}
 	}
-	if existing.GetAnnotations()[AnnotationSpecHash] == desired.GetAnnotations()[AnnotationSpecHash] && hasLabels(existing, desired.GetLabels()) {
+	upToDate := func() bool {
+		return existing.GetAnnotations()[AnnotationSpecHash] == desired.GetAnnotations()[AnnotationSpecHash] && hasLabels(existing, desired.GetLabels())
+	}
+	if upToDate() {
 		return nil
+	}
+	// The patch base must be the API server's copy (see ensure).
+	if err := live.Get(ctx, client.ObjectKeyFromObject(desired), existing); err != nil {
+		return err
+	}
+	if !metav1.IsControlledBy(existing, s) {
+		return errNotOwned{kind: kind, name: existing.GetName()}
+	}
+	if upToDate() {
+		return nil
+	}
+	if before != nil {
+		if err := before(existing); err != nil {
+			return err
+		}
 	}
 	// A merge patch, not an update: the cached object's resourceVersion is
 	// often behind (the StatefulSet controller writes status), and what lull
@@ -143,17 +181,18 @@ func ensureStatefulSet(ctx context.Context, c client.Client, live client.Reader,
 			return nil, errInvalidTemplate{err}
 		}
 	}
-	if err := touchFiles(ctx, c, t, desired, existing, now); err != nil {
-		return nil, err
-	}
 	// Claim templates are immutable on a StatefulSet (and on a
-	// SessionTemplate); the retention policy is not.
-	err = ensure(ctx, c, live, s, desired, existing, "StatefulSet", func(dst, src *appsv1.StatefulSet) {
+	// SessionTemplate); the retention policy is not. The files ConfigMap
+	// is marked referenced just before the write, judged on the API
+	// server's copy of the StatefulSet: a cached copy that lags this
+	// controller's last write may already name it when the live one does
+	// not.
+	err = ensureWith(ctx, c, live, s, desired, existing, "StatefulSet", func(dst, src *appsv1.StatefulSet) {
 		dst.Spec.Replicas = src.Spec.Replicas
 		dst.Spec.Template = src.Spec.Template
 		dst.Spec.UpdateStrategy = src.Spec.UpdateStrategy
 		dst.Spec.PersistentVolumeClaimRetentionPolicy = src.Spec.PersistentVolumeClaimRetentionPolicy
-	})
+	}, func(live *appsv1.StatefulSet) error { return touchFiles(ctx, c, t, desired, live, now) })
 	return existing, err
 }
 

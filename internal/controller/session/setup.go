@@ -90,7 +90,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		// A template's files ConfigMap, created by the template controller,
 		// releases the sessions waiting for it (FilesNotReady). The cache
 		// holds only ConfigMaps labelled lull.dev/files.
-		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.filesToSessions)).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.filesToSessions), builder.WithPredicates(filesCreated)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
 		Complete(r)
 }
@@ -158,6 +158,18 @@ func sessionOfLabel(_ context.Context, o client.Object) []reconcile.Request {
 
 // filesToSessions maps a files ConfigMap to the sessions of its template
 // (its lull.dev/template label).
+// filesCreated passes only the appearance of a files ConfigMap (created,
+// or newly labelled lull.dev/files, which the label-selected cache reports
+// as a creation): that alone releases a session waiting for it. Every
+// session's StatefulSet write marks the ConfigMap referenced (an update),
+// and each update enqueueing every session of the template would make a
+// rollout of N sessions cost O(N²) reconciles. A deletion releases no one.
+var filesCreated = predicate.Funcs{
+	UpdateFunc:  func(event.UpdateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
 func (r *Reconciler) filesToSessions(ctx context.Context, o client.Object) []reconcile.Request {
 	tpl, ok := o.GetLabels()[lullv1.LabelTemplate]
 	if !ok {
