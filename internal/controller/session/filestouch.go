@@ -43,7 +43,9 @@ func touchFiles(ctx context.Context, c client.Client, t *lullv1.SessionTemplate,
 	if name == "" || filesConfigMapOf(existing) == name {
 		return nil
 	}
-	stamp := now.UTC().Format(time.RFC3339)
+	// To the nanosecond: a mark equal to the last one would be a no-op that
+	// leaves the resourceVersion, and so a sweeper's precondition, as it was.
+	stamp := now.UTC().Format(time.RFC3339Nano)
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{lullv1.AnnotationFilesReferencedAt: stamp}}})
 	if err != nil {
 		return err
