@@ -154,6 +154,19 @@ func (r *Reconciler) confirm(ctx context.Context, cur *lullv1.Session, f orphan.
 		return f, false, nil
 	}
 	objs := []client.Object{obj}
+	if _, isPod := obj.(*corev1.Pod); isPod && cur != nil && metav1.GetControllerOf(obj) == nil {
+		// A pod without a controller created in the Session's second is
+		// its own only while the session has its own StatefulSet (see
+		// orphan.Judge): read that too, since the cache may not have it.
+		sts := &appsv1.StatefulSet{}
+		err := r.reader().Get(ctx, types.NamespacedName{Namespace: obj.GetNamespace(), Name: cur.Name}, sts)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return f, false, err
+		}
+		if err == nil {
+			objs = append(objs, sts)
+		}
+	}
 	if ref := metav1.GetControllerOf(obj); ref != nil {
 		switch {
 		case ref.Kind == "StatefulSet":
