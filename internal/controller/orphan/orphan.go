@@ -7,22 +7,27 @@
 //
 // The rules, in the order Judge applies them:
 //
-//   - Only objects labelled lull.dev/session=<name> are ever judged (the
-//     caller lists nothing else), and an object whose controller is of a
+//   - Only objects labelled lull.dev/session=<name> and bearing the name
+//     lull gives their kind are ever judged (the caller lists nothing
+//     else; see lullNamed), and an object whose controller is of a
 //     kind lull never sets (for a ServiceAccount, Role, RoleBinding, Service
 //     or StatefulSet anything but a Session; for a pod or claim anything but
 //     a StatefulSet, or a pod for a claim) is someone else's: left alone.
 //   - The session's own: controlled by the Session's UID; a pod or claim
 //     controlled by a StatefulSet the Session controls.
 //   - The session's own that lost its owner reference (no controller, and
-//     the label lull.dev/session-uid names the Session's UID): the owner
-//     reference is restored (RestoreOwner), never reaped: reaping a live
-//     session's StatefulSet would kill its pod without a drain.
+//     the label lull.dev/session-uid names the Session's UID, or it has no
+//     such label, made by a lull that predates it, and was created no
+//     earlier than the Session): the owner reference is restored
+//     (RestoreOwner), never reaped: reaping a live session's StatefulSet
+//     would kill its pod without a drain.
 //   - A pod without a controller whose UID is the session's status.podUID,
 //     or created after the Session (a predecessor's pod never is: its
-//     StatefulSet made it before the new Session existed), is the session's
-//     own pod whose StatefulSet was deleted with --cascade=orphan or whose
-//     owner reference was stripped: its StatefulSet adopts it again.
+//     StatefulSet made it before the new Session existed), or in the
+//     Session's second while the session has its own StatefulSet
+//     (timestamps have a one-second resolution), is the session's own pod
+//     whose StatefulSet was deleted with --cascade=orphan or whose owner
+//     reference was stripped: its StatefulSet adopts it again.
 //   - A claim without a controller was retained (WhenDeleted=Retain: the
 //     StatefulSet controller sets an owner reference on a claim only for
 //     Delete): kept, and when it is older than the Session, reported as a
