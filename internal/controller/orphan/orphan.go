@@ -7,22 +7,27 @@
 //
 // The rules, in the order Judge applies them:
 //
-//   - Only objects labelled lull.dev/session=<name> are ever judged (the
-//     caller lists nothing else), and an object whose controller is of a
+//   - Only objects labelled lull.dev/session=<name> and bearing the name
+//     lull gives their kind are ever judged (the caller lists nothing
+//     else; see lullNamed), and an object whose controller is of a
 //     kind lull never sets (for a ServiceAccount, Role, RoleBinding, Service
 //     or StatefulSet anything but a Session; for a pod or claim anything but
 //     a StatefulSet, or a pod for a claim) is someone else's: left alone.
 //   - The session's own: controlled by the Session's UID; a pod or claim
 //     controlled by a StatefulSet the Session controls.
 //   - The session's own that lost its owner reference (no controller, and
-//     the label lull.dev/session-uid names the Session's UID): the owner
-//     reference is restored (RestoreOwner), never reaped: reaping a live
-//     session's StatefulSet would kill its pod without a drain.
+//     the label lull.dev/session-uid names the Session's UID, or it has no
+//     such label, made by a lull that predates it, and was created no
+//     earlier than the Session): the owner reference is restored
+//     (RestoreOwner), never reaped: reaping a live session's StatefulSet
+//     would kill its pod without a drain.
 //   - A pod without a controller whose UID is the session's status.podUID,
 //     or created after the Session (a predecessor's pod never is: its
-//     StatefulSet made it before the new Session existed), is the session's
-//     own pod whose StatefulSet was deleted with --cascade=orphan or whose
-//     owner reference was stripped: its StatefulSet adopts it again.
+//     StatefulSet made it before the new Session existed), or in the
+//     Session's second while the session has its own StatefulSet
+//     (timestamps have a one-second resolution), is the session's own pod
+//     whose StatefulSet was deleted with --cascade=orphan or whose owner
+//     reference was stripped: its StatefulSet adopts it again.
 //   - A claim without a controller was retained (WhenDeleted=Retain: the
 //     StatefulSet controller sets an owner reference on a claim only for
 //     Delete): kept, and when it is older than the Session, reported as a
@@ -38,6 +43,8 @@
 package orphan
 
 import (
+	"strings"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -108,7 +115,7 @@ func Judge(o Observed) []Finding {
 	var out, sets []Finding
 	for _, obj := range o.Objects {
 		sts, ok := obj.(*appsv1.StatefulSet)
-		if !ok {
+		if !ok || !lullNamed(s, obj) {
 			continue
 		}
 		pred[sts.UID] = predecessorOf(sts)
@@ -129,6 +136,9 @@ func Judge(o Observed) []Finding {
 	for _, obj := range o.Objects {
 		var f Finding
 		var ok bool
+		if !lullNamed(s, obj) {
+			continue
+		}
 		switch v := obj.(type) {
 		case *corev1.ServiceAccount:
 			f, ok = judgeOwned(s, v, "ServiceAccount")
@@ -148,6 +158,50 @@ func Judge(o Observed) []Finding {
 		}
 	}
 	return append(out, sets...)
+}
+
+// lullNamed reports whether obj bears the name lull gives that kind of
+// object for session s (or, with none, for the session it is labelled
+// for; a StatefulSet read for its pod may have lost that label):
+// lull-runtime-<name> for the
+// ServiceAccount, Role and RoleBinding, <name> for the Service and the
+// StatefulSet, <name>-<ordinal> for a pod (the StatefulSet controller's
+// names; it adopts no other). A user's own object that merely carries the
+// label (an extra Service labelled like its selector, a debug pod copied
+// from the session's) is not lull's to reap. Claims are judged by their
+// controller, not their name (see judgeClaim).
+func lullNamed(s *lullv1.Session, obj client.Object) bool {
+	session, name := obj.GetLabels()[lullv1.LabelSession], obj.GetName()
+	if s != nil {
+		session = s.Name
+	}
+	switch obj.(type) {
+	case *corev1.ServiceAccount, *rbacv1.Role, *rbacv1.RoleBinding:
+		return name == lullv1.RuntimeIdentityName(session)
+	case *corev1.Service, *appsv1.StatefulSet:
+		return name == session
+	case *corev1.Pod:
+		ordinal, ok := strings.CutPrefix(name, session+"-")
+		if !ok || ordinal == "" {
+			return false
+		}
+		for _, c := range ordinal {
+			if c < '0' || c > '9' {
+				return false
+			}
+		}
+		return true
+	}
+	return true
+}
+
+// createdWithOrAfter reports whether obj was created no earlier than s.
+// Creation timestamps have a resolution of one second, and a session's
+// first objects are routinely created in the second its Session was:
+// "strictly after" would take them for a predecessor's.
+func createdWithOrAfter(obj client.Object, s *lullv1.Session) bool {
+	c := obj.GetCreationTimestamp()
+	return !c.Before(&s.CreationTimestamp)
 }
 
 // isFromSession reports whether obj is controlled by s.
@@ -176,6 +230,13 @@ func judgeOwned(s *lullv1.Session, obj client.Object, kind string) (Finding, boo
 	case ref == nil && s != nil && obj.GetLabels()[lullv1.LabelSessionUID] == string(s.UID):
 		f.Fate = RestoreOwner
 		return f, true
+	case ref == nil && s != nil && obj.GetLabels()[lullv1.LabelSessionUID] == "" && createdWithOrAfter(obj, s):
+		// Made by a lull that predates lull.dev/session-uid (an upgrade),
+		// for this session: a predecessor's was created before it.
+		// Reaping a live session's StatefulSet would delete its pod
+		// without a drain.
+		f.Fate = RestoreOwner
+		return f, true
 	case ref != nil && s != nil && ref.UID == s.UID:
 		return f, false // the session's own
 	case ref != nil && s == nil:
@@ -191,7 +252,7 @@ func judgePod(s *lullv1.Session, pod *corev1.Pod, own, orphaned map[types.UID]bo
 	f := Finding{Object: pod, Kind: "Pod"}
 	ref := metav1.GetControllerOf(pod)
 	switch {
-	case ref == nil && s != nil && (pod.UID != "" && pod.UID == s.Status.PodUID || pod.CreationTimestamp.After(s.CreationTimestamp.Time)):
+	case ref == nil && s != nil && ownedPodWithoutController(s, pod, own):
 		return f, false // the session's own pod; its StatefulSet adopts it again
 	case ref == nil:
 		return reap(f), true // a StatefulSet of that name would adopt it
@@ -206,6 +267,25 @@ func judgePod(s *lullv1.Session, pod *corev1.Pod, own, orphaned map[types.UID]bo
 		return reap(f), true
 	}
 	return f, false // its StatefulSet is gone or being collected: the garbage collector deletes it
+}
+
+// ownedPodWithoutController reports whether a pod labelled for s that has
+// no controller is s's own (its StatefulSet deleted with --cascade=orphan,
+// or its owner reference stripped): the pod s's status names, or one
+// created after s. Creation timestamps have a resolution of one second,
+// and a session's first pod is routinely created in the second its Session
+// was, as a predecessor's pod can be when a script deletes a Session and
+// creates it again at once. In that second the pod is s's own only while s
+// has its own StatefulSet: a recreated session gets one only once every
+// pod of its predecessor is gone, so a pod there with it is its own (its
+// owner reference stripped), and reaping it would kill a live runtime
+// without a drain.
+func ownedPodWithoutController(s *lullv1.Session, pod *corev1.Pod, own map[types.UID]bool) bool {
+	if pod.UID != "" && pod.UID == s.Status.PodUID {
+		return true
+	}
+	c := pod.CreationTimestamp
+	return c.After(s.CreationTimestamp.Time) || c.Equal(&s.CreationTimestamp) && len(own) > 0
 }
 
 // judgeClaim judges a claim labelled with the session name (the StatefulSet

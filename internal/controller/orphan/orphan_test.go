@@ -130,8 +130,12 @@ func TestJudge(t *testing.T) {
 			&rbacv1.Role{ObjectMeta: meta("lull-runtime-x", "r", nil, string(cur))},
 			pod("p", bySTS("sts")),
 		}, []string{"Role/lull-runtime-x=RestoreOwner(cur)", "StatefulSet/x=RestoreOwner(cur)"}},
-		{"an object without owner or lull.dev/session-uid is an orphan", live, []client.Object{
-			&corev1.Service{ObjectMeta: meta("x", "svc", nil, "")},
+		{"an object without owner or lull.dev/session-uid from before the Session is an orphan", live, []client.Object{
+			func() *corev1.Service {
+				svc := &corev1.Service{ObjectMeta: meta("x", "svc", nil, "")}
+				svc.CreationTimestamp = metav1.NewTime(before)
+				return svc
+			}(),
 		}, []string{"Service/x=Reap()"}},
 		{"objects controlled by a kind lull never sets are someone else's", live, []client.Object{
 			&corev1.Service{ObjectMeta: meta("x", "svc", byOther("Thing", "t"), "")},

@@ -95,7 +95,18 @@ func (r *Reconciler) reapOrphans(ctx context.Context, key types.NamespacedName, 
 			out.ownStatefulSet = true
 		}
 	}
-	findings := orphan.Judge(orphan.Observed{Session: s, Objects: objs})
+	var findings []orphan.Finding
+	for _, f := range orphan.Judge(orphan.Observed{Session: s, Objects: objs}) {
+		if f.Fate == orphan.ReuseClaim {
+			// Reported once, without reading the Session from the API
+			// server: a reused claim stays one for the session's whole
+			// life, and a live read on each of its reconciles would cost
+			// one uncached GET per event.
+			r.announceReuse(key, s, f)
+			continue
+		}
+		findings = append(findings, f)
+	}
 	if len(findings) == 0 {
 		return out, nil
 	}
@@ -108,10 +119,6 @@ func (r *Reconciler) reapOrphans(ctx context.Context, key types.NamespacedName, 
 		return reaped{}, err
 	}
 	for _, f := range findings {
-		if f.Fate == orphan.ReuseClaim {
-			r.announceReuse(cur, f)
-			continue
-		}
 		f, ok, err := r.confirm(ctx, cur, f)
 		if err != nil {
 			return reaped{}, err
@@ -154,6 +161,19 @@ func (r *Reconciler) confirm(ctx context.Context, cur *lullv1.Session, f orphan.
 		return f, false, nil
 	}
 	objs := []client.Object{obj}
+	if _, isPod := obj.(*corev1.Pod); isPod && cur != nil && metav1.GetControllerOf(obj) == nil {
+		// A pod without a controller created in the Session's second is
+		// its own only while the session has its own StatefulSet (see
+		// orphan.Judge): read that too, since the cache may not have it.
+		sts := &appsv1.StatefulSet{}
+		err := r.reader().Get(ctx, types.NamespacedName{Namespace: obj.GetNamespace(), Name: cur.Name}, sts)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return f, false, err
+		}
+		if err == nil {
+			objs = append(objs, sts)
+		}
+	}
 	if ref := metav1.GetControllerOf(obj); ref != nil {
 		switch {
 		case ref.Kind == "StatefulSet":
@@ -226,21 +246,62 @@ func (r *Reconciler) restoreOwner(ctx context.Context, cur *lullv1.Session, f or
 	return nil
 }
 
-// announced remembers the retained claims whose reuse was reported, so the
-// Event is recorded once per claim and session in this process (an entry
-// per reused claim: rare, and small).
-var announced sync.Map
+// reuseAnnouncements remembers, per session name, the retained claims
+// whose reuse was reported to the Session of that UID, so the Event is
+// recorded once per claim and session in this process. A name's entry is
+// dropped when its Session is gone (forget) and replaced when a Session of
+// another UID takes the name, so it holds no more than the live sessions
+// that reuse claims. The zero value is ready to use.
+type reuseAnnouncements struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]reuseAnnounced
+}
 
-// announceReuse records, once, that cur mounts a claim its predecessor
+type reuseAnnounced struct {
+	session types.UID
+	claims  map[types.UID]bool
+}
+
+// first reports whether the reuse of claim by session (UID uid) was not
+// announced yet, and records it.
+func (a *reuseAnnouncements) first(key types.NamespacedName, uid, claim types.UID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil {
+		a.m = map[types.NamespacedName]reuseAnnounced{}
+	}
+	e, ok := a.m[key]
+	if !ok || e.session != uid {
+		e = reuseAnnounced{session: uid, claims: map[types.UID]bool{}}
+		a.m[key] = e
+	}
+	if e.claims[claim] {
+		return false
+	}
+	e.claims[claim] = true
+	return true
+}
+
+// forget drops what was announced to the Session of that name.
+func (a *reuseAnnouncements) forget(key types.NamespacedName) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.m, key)
+}
+
+func (a *reuseAnnouncements) len() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.m)
+}
+
+// announceReuse records, once, that s mounts a claim its predecessor
 // retained.
-func (r *Reconciler) announceReuse(cur *lullv1.Session, f orphan.Finding) {
-	if cur == nil {
+func (r *Reconciler) announceReuse(key types.NamespacedName, s *lullv1.Session, f orphan.Finding) {
+	if s == nil || !r.reused.first(key, s.UID, f.Object.GetUID()) {
 		return
 	}
-	if _, seen := announced.LoadOrStore(string(cur.UID)+"/"+string(f.Object.GetUID()), true); seen {
-		return
-	}
-	r.Recorder.Eventf(cur, f.Object, corev1.EventTypeNormal, ReasonPredecessorClaimReused, "Reap",
+	r.Recorder.Eventf(s, f.Object, corev1.EventTypeNormal, ReasonPredecessorClaimReused, "Reap",
 		"PersistentVolumeClaim %s was retained by a predecessor of this name (persistentVolumeClaimRetentionPolicy.whenDeleted Retain) and is mounted again; delete it before recreating the session to start from an empty workspace", f.Object.GetName())
 }
 

@@ -44,6 +44,8 @@ type Reconciler struct {
 	deleted expectations
 	// passing remembers since when a session has been in a passing state.
 	passing passingStates
+	// reused remembers the retained claims whose reuse was announced.
+	reused reuseAnnouncements
 }
 
 // +kubebuilder:rbac:groups=lull.dev,resources=sessions,verbs=get;list;watch;patch;delete
@@ -69,6 +71,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, err
 		}
 		r.passing.forget(req.String())
+		r.reused.forget(req.NamespacedName)
 		// What a Session deleted with --cascade=orphan left behind: the
 		// watches enqueue its name for every object labelled with it.
 		_, err := r.reapOrphans(ctx, req.NamespacedName, nil)
