@@ -163,13 +163,18 @@ func TestFilesQuotaReportedAndRecovered(t *testing.T) {
 	if !hasEvent(t, ns, name, lullrollout.ReasonDrainRequested) {
 		t.Error("the session was replaced without a drain")
 	}
-	got := &lullv1.SessionTemplate{}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(tmpl), got); err != nil {
-		t.Fatal(err)
-	}
-	if cond := meta.FindStatusCondition(got.Status.Conditions, lullv1.ConditionFilesReady); cond == nil || cond.Status != metav1.ConditionTrue {
-		t.Errorf("FilesReady = %+v after the quota was raised, want True", cond)
-	}
+	// The sessions move on the ConfigMap's creation; the template's status
+	// follows within its write budget.
+	eventually(t, 15*time.Second, "FilesReady True after the quota was raised", func() error {
+		got := &lullv1.SessionTemplate{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(tmpl), got); err != nil {
+			return err
+		}
+		if cond := meta.FindStatusCondition(got.Status.Conditions, lullv1.ConditionFilesReady); cond == nil || cond.Status != metav1.ConditionTrue {
+			return fmt.Errorf("FilesReady = %+v", cond)
+		}
+		return nil
+	})
 }
 
 // finishedTurns counts the journaled turns that ended on pod uid.
