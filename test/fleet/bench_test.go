@@ -19,7 +19,7 @@ const fleetSize = 200
 
 // BenchmarkFleetRuntimes starts fleetSize idle sessions in fleet mode and,
 // once every runtime reports Serving, reports what one runtime costs this
-// process: live heap bytes and goroutines, as the growth from before the
+// process: live heap bytes, goroutine stack bytes and goroutines, as the growth from before the
 // sessions existed divided by fleetSize. The growth includes the pod
 // runner's own share per pod (its informer's copy of the pod), as the
 // kubelet's would be. Run it alone:
@@ -29,7 +29,7 @@ func BenchmarkFleetRuntimes(b *testing.B) {
 	ctx := context.Background()
 	for i := range b.N {
 		ns := fmt.Sprintf("fleet-bench-%d", i)
-		heap0, goroutines0 := liveHeap(), goruntime.NumGoroutine()
+		heap0, stack0, goroutines0 := liveMemory()
 		tmpl := scenario.Template(ns, "rt", "example.com/lull/turnrunner:v1", "--turn-min=0s", "--turn-max=0s", "--think-max=1h")
 		start := time.Now()
 		names, err := scenario.Launch(ctx, c, tmpl, "s", fleetSize)
@@ -39,8 +39,9 @@ func BenchmarkFleetRuntimes(b *testing.B) {
 		eventually(b, 5*time.Minute, "every runtime reports Serving", func() error { return allServing(ctx, ns, len(names)) })
 		b.Logf("%d runtimes serving after %s", fleetSize, time.Since(start).Round(100*time.Millisecond))
 		time.Sleep(2 * time.Second) // first reports written, watches settled
-		heap1, goroutines1 := liveHeap(), goruntime.NumGoroutine()
+		heap1, stack1, goroutines1 := liveMemory()
 		b.ReportMetric(float64(heap1-heap0)/fleetSize, "heap-bytes/runtime")
+		b.ReportMetric(float64(stack1-stack0)/fleetSize, "stack-bytes/runtime")
 		b.ReportMetric(float64(goroutines1-goroutines0)/fleetSize, "goroutines/runtime")
 		var ns0 corev1.Namespace
 		ns0.Name = ns
@@ -50,12 +51,13 @@ func BenchmarkFleetRuntimes(b *testing.B) {
 	}
 }
 
-// liveHeap returns the bytes of live heap objects after a full collection.
-func liveHeap() int64 {
+// liveMemory returns the bytes of live heap objects after a full
+// collection, the bytes of goroutine stacks, and the goroutines.
+func liveMemory() (heap, stack int64, goroutines int) {
 	goruntime.GC()
 	var m goruntime.MemStats
 	goruntime.ReadMemStats(&m)
-	return int64(m.HeapAlloc)
+	return int64(m.HeapAlloc), int64(m.StackInuse), goruntime.NumGoroutine()
 }
 
 // allServing returns nil once n sessions in ns have a runtime report
