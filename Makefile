@@ -36,7 +36,7 @@ dev: tools build
 
 # Packages that start a control plane run one at a time (-p 1): on a 2-core
 # machine, two of them at once measure the machine, not lull.
-CLUSTER_PKGS := ./internal/devcluster/ ./test/integration/ ./test/e2e/
+CLUSTER_PKGS := ./internal/devcluster/ ./test/integration/ ./test/fleet/ ./test/e2e/
 
 test: tools verify-generated
 	$(GO) vet ./...

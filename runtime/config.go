@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -83,11 +84,19 @@ func checkReportRefresh(d time.Duration) error {
 // from the kubeconfig files in KUBECONFIG when that is set, else from the
 // pod's service account (in-cluster). The error names every variable that
 // is missing, and LULL_REPORT_REFRESH if it is not a duration within
-// bounds.
-func ConfigFromEnv() (Config, error) {
+// bounds. It is ConfigFrom(os.Getenv).
+func ConfigFromEnv() (Config, error) { return ConfigFrom(os.Getenv) }
+
+// ConfigFrom is ConfigFromEnv with the environment read through getenv
+// (which returns "" for an unset variable), so that many runtimes in one
+// process each read their own: with getenv of a map, nothing is read from
+// this process's environment unless KUBECONFIG is unset, when the
+// in-cluster config (which reads the process's KUBERNETES_SERVICE_HOST and
+// the pod's token file) is used.
+func ConfigFrom(getenv func(string) string) (Config, error) {
 	var missing []string
 	env := func(name string) string {
-		v := os.Getenv(name)
+		v := getenv(name)
 		if v == "" {
 			missing = append(missing, name)
 		}
@@ -102,7 +111,7 @@ func ConfigFromEnv() (Config, error) {
 	if len(missing) > 0 {
 		return Config{}, fmt.Errorf("%s not set: lull sets these in a session pod's runtime container; outside a pod, set them by hand", strings.Join(missing, ", "))
 	}
-	if v := os.Getenv(EnvReportRefresh); v != "" {
+	if v := getenv(EnvReportRefresh); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
 			return Config{}, fmt.Errorf("%s=%q: want a duration such as 30s or 2m", EnvReportRefresh, v)
@@ -112,7 +121,7 @@ func ConfigFromEnv() (Config, error) {
 		}
 		cfg.ReportRefresh = d
 	}
-	rc, err := restConfig()
+	rc, err := restConfig(getenv("KUBECONFIG"))
 	if err != nil {
 		return Config{}, err
 	}
@@ -120,14 +129,15 @@ func ConfigFromEnv() (Config, error) {
 	return cfg, nil
 }
 
-// restConfig loads KUBECONFIG if it is set, else the in-cluster config. It
-// never falls back to ~/.kube/config: a runtime must not run as its user.
-func restConfig() (*rest.Config, error) {
-	if path := os.Getenv("KUBECONFIG"); path != "" {
-		rules := clientcmd.NewDefaultClientConfigLoadingRules()
+// restConfig loads the kubeconfig files in kubeconfig (a KUBECONFIG list)
+// if it is set, else the in-cluster config. It never falls back to
+// ~/.kube/config: a runtime must not run as its user.
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		rules := &clientcmd.ClientConfigLoadingRules{Precedence: filepath.SplitList(kubeconfig)}
 		rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 		if err != nil {
-			return nil, fmt.Errorf("KUBECONFIG=%s: %w", path, err)
+			return nil, fmt.Errorf("KUBECONFIG=%s: %w", kubeconfig, err)
 		}
 		return rc, nil
 	}

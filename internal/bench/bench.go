@@ -24,6 +24,7 @@ import (
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/audit"
 	"lull.dev/lull/internal/localenv"
+	"lull.dev/lull/internal/podprocess"
 	"lull.dev/lull/internal/scenario"
 )
 
@@ -33,11 +34,15 @@ type Options struct {
 	Sessions  int
 	Timeout   time.Duration
 	Out       io.Writer
+	// Runtimes is how the runtimes ran (the environment's mode); it is
+	// printed with the figures.
+	Runtimes podprocess.Mode
 }
 
 // Result holds the figures of one run.
 type Result struct {
 	Sessions int
+	Runtimes podprocess.Mode
 	Replaced int
 	// Converge is from the template update to every session running a pod
 	// at its new revision.
@@ -111,7 +116,7 @@ func Run(ctx context.Context, env *localenv.Env, o Options) (_ Result, err error
 	} else if err != nil {
 		return Result{}, fmt.Errorf("rollout did not converge: %w", err)
 	}
-	r := Result{Sessions: o.Sessions, Converge: time.Since(start)}
+	r := Result{Sessions: o.Sessions, Runtimes: o.Runtimes, Converge: time.Since(start)}
 	// Let the last reconciles (status of the new pods) land before reading
 	// the counters: they are part of the rollout's cost.
 	if err := scenario.Sleep(ctx, 3*time.Second); err != nil {
@@ -346,7 +351,7 @@ func (r Result) Print(w io.Writer) (ok bool) {
 	}
 	perSession := (total - events) / float64(max(r.Replaced, 1))
 	p50, p99 := Percentile(r.ReportToDelete, 50), Percentile(r.ReportToDelete, 99)
-	fmt.Fprintf(w, "\nrollout of %d sessions (Drain, idle runtimes)\n", r.Sessions)
+	fmt.Fprintf(w, "\nrollout of %d sessions (Drain, idle runtimes, %s mode)\n", r.Sessions, r.Runtimes)
 	fmt.Fprintf(w, "  pods replaced:                 %d\n", r.Replaced)
 	fmt.Fprintf(w, "  time to converge:              %s\n", r.Converge.Round(100*time.Millisecond))
 	fmt.Fprintf(w, "  controller writes / session:   %.2f (plus %.2f Events)\n", perSession, events/float64(max(r.Replaced, 1)))

@@ -12,13 +12,19 @@ import (
 
 	"lull.dev/lull/internal/bench"
 	"lull.dev/lull/internal/localenv"
+	"lull.dev/lull/internal/podprocess"
 )
 
 func init() { subcommands = append(subcommands, newBenchCommand) }
 
 func newBenchCommand() *cobra.Command {
 	o := bench.Options{Namespace: "bench", Sessions: 200, Timeout: 10 * time.Minute}
-	var stateDir string
+	var (
+		stateDir string
+		// Thousands of host processes do not fit on one machine; a
+		// goroutine per pod speaks the same protocol (docs/benchmarks.md).
+		runtimes = podprocess.ModeFleet
+	)
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure a Drain rollout of many idle sessions on the local control plane",
@@ -26,7 +32,12 @@ func newBenchCommand() *cobra.Command {
 whose runtimes are idle, roll out a runtime update under the Drain strategy,
 and print: time to converge, controller API writes per replaced session,
 Drained-report-to-delete latency (p50/p99), controller peak RSS and CPU.
-Exits non-zero if a target is missed. See docs/benchmarks.md.`,
+Exits non-zero if a target is missed. See docs/benchmarks.md.
+
+The runtimes run in fleet mode by default: one goroutine per session pod in
+this process, each with its own pod-bound token, Session watch, reporter
+and journal (--runtimes=process gives each pod a host process, as lull dev
+does).`,
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			if o.Sessions < 1 {
 				return fmt.Errorf("--sessions must be at least 1, got %d", o.Sessions)
@@ -39,7 +50,7 @@ Exits non-zero if a target is missed. See docs/benchmarks.md.`,
 				return err
 			}
 			defer func() { err = dir.finish(err) }()
-			env, err := localenv.Up(ctx, localenv.Options{StateDir: dir.path, Progress: out})
+			env, err := localenv.Up(ctx, localenv.Options{StateDir: dir.path, Progress: out, Runtimes: runtimes})
 			if err != nil {
 				return err
 			}
@@ -48,7 +59,7 @@ Exits non-zero if a target is missed. See docs/benchmarks.md.`,
 					err = derr
 				}
 			}()
-			o.Out = out
+			o.Out, o.Runtimes = out, runtimes
 			r, err := bench.Run(ctx, env, o)
 			if err != nil {
 				return err
@@ -62,6 +73,7 @@ Exits non-zero if a target is missed. See docs/benchmarks.md.`,
 	f := cmd.Flags()
 	f.IntVar(&o.Sessions, "sessions", o.Sessions, "number of sessions")
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "limit for the sessions to start and for the rollout")
+	f.Var(&runtimes, "runtimes", "how session pods' runtimes run: fleet (a goroutine per pod in this process) or process (a host process per pod)")
 	f.StringVar(&stateDir, "state-dir", "", "directory for the cluster's state and logs, kept on exit (default: a new temp dir, removed on exit unless the run fails)")
 	return cmd
 }

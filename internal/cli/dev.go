@@ -16,6 +16,7 @@ import (
 	"lull.dev/lull/internal/demo"
 	"lull.dev/lull/internal/devcluster"
 	"lull.dev/lull/internal/localenv"
+	"lull.dev/lull/internal/podprocess"
 )
 
 func init() { subcommands = append(subcommands, newDevCommand) }
@@ -29,6 +30,7 @@ func newDevCommand() *cobra.Command {
 		d        = demo.Defaults()
 
 		sweepInterval, sweepGrace time.Duration
+		runtimes                  = podprocess.ModeProcess
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -69,7 +71,7 @@ binaries come from 'make tools' (hack/build-tools.sh).`,
 			}
 			defer func() { err = dir.finish(err) }()
 
-			env, err := localenv.Up(ctx, localenv.Options{StateDir: dir.path, Progress: out,
+			env, err := localenv.Up(ctx, localenv.Options{StateDir: dir.path, Progress: out, Runtimes: runtimes,
 				ControllerArgs: []string{"--files-sweep-interval=" + sweepInterval.String(), "--files-sweep-grace=" + sweepGrace.String()}})
 			if err != nil {
 				if !runDemo && interrupted(ctx) {
@@ -116,6 +118,7 @@ binaries come from 'make tools' (hack/build-tools.sh).`,
 	f.StringVar(&strategy, "strategy", string(d.Strategy), "demo: update strategy of the rollout, Drain or Passive")
 	f.DurationVar(&d.IdleSuspendAfter, "idle-suspend-after", d.IdleSuspendAfter, "demo, with --strategy Passive: the templates' idle.suspendAfter")
 	f.DurationVar(&d.MaxLifetime, "max-lifetime", d.MaxLifetime, "demo, with --strategy Passive: the templates' maxLifetime (at least 1m)")
+	f.Var(&runtimes, "runtimes", "how session pods' runtimes run: process (a host process per pod, as a kubelet would) or fleet (a goroutine per pod in this process, as lull bench runs them; see docs/benchmarks.md)")
 	f.DurationVar(&sweepInterval, "files-sweep-interval", filesweep.DefaultInterval, "the controller's --files-sweep-interval: longest time between two passes of the files sweeper")
 	f.DurationVar(&sweepGrace, "files-sweep-grace", filesweep.DefaultGrace, "the controller's --files-sweep-grace: how long a files ConfigMap must be unchanged before the sweeper may delete it")
 	return cmd

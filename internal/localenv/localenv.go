@@ -1,8 +1,9 @@
 // Package localenv is lull running on the local control plane: the cluster
 // from package devcluster with lull installed, the controller as its own
 // process authenticated as its ServiceAccount (so its generated RBAC is what
-// is exercised), the pod runner that starts a runtime process (and an agent
-// process for a pod with the agent sidecar) for every running session pod,
+// is exercised), the pod runner that starts a runtime process (a goroutine
+// in fleet mode, Options.Runtimes; and an agent process for a pod with the
+// agent sidecar) for every running session pod,
 // and the provisioner of the lull-dev StorageClass that gives session pods'
 // claims a directory on this host. `lull dev`, the demo, the end-to-end
 // tests and the
@@ -19,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +36,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/examples/turnrunner"
 	"lull.dev/lull/internal/devcluster"
 	"lull.dev/lull/internal/devstorage"
 	"lull.dev/lull/internal/install"
@@ -56,6 +59,11 @@ type Options struct {
 	RuntimeArgs []string
 	// ControllerArgs are added to the controller's arguments.
 	ControllerArgs []string
+	// Runtimes is how the reference runtimes run: podprocess.ModeProcess
+	// (the default) a host process per session pod, podprocess.ModeFleet
+	// a goroutine per session pod in this process (see
+	// docs/benchmarks.md, "Fleet mode").
+	Runtimes podprocess.Mode
 }
 
 // Env is a running local environment.
@@ -131,6 +139,10 @@ func Up(ctx context.Context, opts Options) (_ *Env, err error) {
 			args := append([]string{"example-runtime"}, c.Args...)
 			return opts.LullBinary, append(args, opts.RuntimeArgs...)
 		},
+		Mode: opts.Runtimes,
+		Program: func(_ *corev1.Pod, c *corev1.Container) (podprocess.Program, []string) {
+			return referenceRuntime, append(slices.Clone(c.Args), opts.RuntimeArgs...)
+		},
 		Log: logFile(filepath.Join(cl.StateDir, "logs", "pod-runner.log")),
 	})
 	if err != nil {
@@ -143,8 +155,18 @@ func Up(ctx context.Context, opts Options) (_ *Env, err error) {
 		defer close(e.runnerDone)
 		_ = runner.Run(runCtx)
 	}()
-	fmt.Fprintf(opts.Progress, "pod runner started: each running session pod gets a runtime process\n")
+	if opts.Runtimes == podprocess.ModeFleet {
+		fmt.Fprintf(opts.Progress, "pod runner started (fleet mode): each running session pod gets a runtime goroutine in this process\n")
+	} else {
+		fmt.Fprintf(opts.Progress, "pod runner started: each running session pod gets a runtime process\n")
+	}
 	return e, nil
+}
+
+// referenceRuntime runs `lull example-runtime` in this process: the
+// program of a session pod's runtime container in fleet mode.
+func referenceRuntime(ctx context.Context, inv podprocess.Invocation) error {
+	return turnrunner.Main(ctx, turnrunner.Process{Args: inv.Args, Env: inv.Env, Stdout: inv.Output, Stderr: inv.Output, Transport: inv.Transport})
 }
 
 // startProvisioner creates the lull-dev StorageClass (the default class)

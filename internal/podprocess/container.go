@@ -23,6 +23,7 @@ import (
 type container struct {
 	name      string
 	path      string   // the executable
+	program   Program  // in ModeFleet, runs the runtime in place of path
 	args, env []string // mount paths rewritten
 	log       string   // the file its processes' output is appended to
 	// reportsStatus: its crashes and restarts are written to the pod's
@@ -54,24 +55,25 @@ func (r *Runner) prepare(ctx context.Context, pod *corev1.Pod) (*proc, error) {
 		}
 	}
 	p := &proc{pod: pod, quit: make(chan struct{})}
-	if p.runtime, err = r.container(pod, rc, dirs, kubeconfig, r.logPath(pod)); err != nil {
+	if p.runtime, err = r.container(pod, rc, dirs, kubeconfig, r.logPath(pod), r.opts.Mode == ModeFleet); err != nil {
 		return nil, err
 	}
 	p.runtime.reportsStatus = true
 	p.runtime.env = append(p.runtime.env, EnvJournal+"="+filepath.Join(r.JournalDir(), podBase(pod)+".jsonl"))
 	if ac != nil {
-		if p.agent, err = r.container(pod, ac, dirs, kubeconfig, r.sidecarLogPath(pod)); err != nil {
+		if p.agent, err = r.container(pod, ac, dirs, kubeconfig, r.sidecarLogPath(pod), false); err != nil {
 			return nil, err
 		}
 	}
 	return p, nil
 }
 
-// container works out how c runs: Options.Command's command, c's resolved
+// container works out how c runs: Options.Command's command (or, when
+// inProcess, Options.Program's program and arguments), c's resolved
 // environment, both with c's mount paths rewritten to their host
 // directories (subPath directories created, as the kubelet creates them),
 // EnvDevMounts, and KUBECONFIG if c would see a token.
-func (r *Runner) container(pod *corev1.Pod, c *corev1.Container, dirs map[string]string, kubeconfig, log string) (*container, error) {
+func (r *Runner) container(pod *corev1.Pod, c *corev1.Container, dirs map[string]string, kubeconfig, log string, inProcess bool) (*container, error) {
 	env := containerEnv(pod, c)
 	vars := make(map[string]string, len(env))
 	for _, e := range env {
@@ -87,7 +89,16 @@ func (r *Runner) container(pod *corev1.Pod, c *corev1.Container, dirs map[string
 			return nil, fmt.Errorf("container %s: %w", c.Name, err)
 		}
 	}
-	name, args := r.opts.Command(pod, c)
+	var (
+		name string
+		prog Program
+		args []string
+	)
+	if inProcess {
+		prog, args = r.opts.Program(pod, c)
+	} else {
+		name, args = r.opts.Command(pod, c)
+	}
 	args = append([]string(nil), args...)
 	for i := range args {
 		args[i] = rewritePaths(expandVars(args[i], vars), mounts)
@@ -100,7 +111,7 @@ func (r *Runner) container(pod *corev1.Pod, c *corev1.Container, dirs map[string
 	if seesToken(pod, c) {
 		env = append(env, "KUBECONFIG="+kubeconfig)
 	}
-	return &container{name: c.Name, path: name, args: args, env: env, log: log}, nil
+	return &container{name: c.Name, path: name, program: prog, args: args, env: env, log: log}, nil
 }
 
 // seesToken reports whether c would see a ServiceAccount token on a real

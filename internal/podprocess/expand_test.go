@@ -30,7 +30,7 @@ func TestVariableReferencesAreExpanded(t *testing.T) {
 	r := newRunner(Options{Dir: t.TempDir(), Command: func(_ *corev1.Pod, c *corev1.Container) (string, []string) {
 		return "/bin/true", c.Args
 	}}, fake.NewClientset())
-	got, err := r.container(pod, c, map[string]string{}, "", "/dev/null")
+	got, err := r.container(pod, c, map[string]string{}, "", "/dev/null", false)
 	if err != nil {
 		t.Fatal(err)
 	}

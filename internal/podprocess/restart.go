@@ -231,6 +231,9 @@ func exitText(err error) string {
 // exitCode returns a process's exit code as a kubelet reports it (128 +
 // the signal for a killed process) and the termination reason.
 func exitCode(err error) (int32, string) {
+	if code, ok := programExitCode(err); ok {
+		return code, "Error"
+	}
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) {
 		if err != nil {

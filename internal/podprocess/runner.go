@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -45,8 +47,17 @@ type Options struct {
 	// lullv1.AgentContainerName). The runner rewrites mount paths in the
 	// arguments and adds the container's environment.
 	Command func(pod *corev1.Pod, c *corev1.Container) (string, []string)
-	// GracePeriod is how long a stopped process has after SIGTERM; zero
-	// means 5 s.
+	// Mode is how a pod's runtime container runs: ModeProcess (the
+	// default) a host process of Command, ModeFleet Program in a goroutine
+	// of this process.
+	Mode Mode
+	// Program returns the in-process program that runs a pod's runtime
+	// container in ModeFleet, and its arguments (the runner rewrites mount
+	// paths in them and gives it the container's environment, as to a
+	// process). Required in ModeFleet.
+	Program func(pod *corev1.Pod, c *corev1.Container) (Program, []string)
+	// GracePeriod is how long a stopped process has after SIGTERM (an
+	// in-process runtime after its context is cancelled); zero means 5 s.
 	GracePeriod time.Duration
 	// Log receives one line per process start and stop; may be nil.
 	Log io.Writer
@@ -56,6 +67,9 @@ type Options struct {
 type Runner struct {
 	opts   Options
 	client kubernetes.Interface
+	// transport carries the API requests of every in-process runtime
+	// (ModeFleet); nil otherwise.
+	transport http.RoundTripper
 
 	// Restart back-off: the first delay, its cap, and how long a restarted
 	// process must stay up to count as running.
@@ -88,12 +102,19 @@ func (p *proc) containers() []*container {
 	return []*container{p.agent, p.runtime}
 }
 
-// run is one process of a container.
+// run is one process of a container, or one run of its in-process
+// program.
 type run struct {
-	cmd     *exec.Cmd
 	started time.Time
 	done    chan struct{} // closed when the process has exited
 	err     error         // its exit, once done is closed
+	// term asks it to stop: SIGTERM to the process group, or the
+	// program's context cancelled. kill ends it at once: SIGKILL to the
+	// process group; nil for a program, which cannot be killed.
+	term, kill func()
+	// abandoned is set once a program overran its grace period: it is
+	// not waited for again.
+	abandoned atomic.Bool
 }
 
 func (p *proc) quitting() bool {
@@ -112,6 +133,17 @@ func New(opts Options) (*Runner, error) {
 	}
 	if opts.Log == nil {
 		opts.Log = io.Discard
+	}
+	switch opts.Mode {
+	case "":
+		opts.Mode = ModeProcess
+	case ModeProcess:
+	case ModeFleet:
+		if opts.Program == nil {
+			return nil, errors.New("podprocess: ModeFleet needs Options.Program")
+		}
+	default:
+		return nil, fmt.Errorf("podprocess: mode %q: want %s or %s", opts.Mode, ModeProcess, ModeFleet)
 	}
 	// Absolute: the host directories written into env values and args
 	// (unix:// socket URLs among them) must not depend on a process's
@@ -135,7 +167,13 @@ func New(opts Options) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newRunner(opts, cs), nil
+	r := newRunner(opts, cs)
+	if opts.Mode == ModeFleet {
+		if r.transport, err = sharedTransport(opts.Server, opts.CAFile); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
 }
 
 func newRunner(opts Options, client kubernetes.Interface) *Runner {
@@ -174,11 +212,16 @@ func (r *Runner) Run(ctx context.Context) error {
 	factory.Start(ctx.Done())
 	<-ctx.Done()
 	factory.Shutdown()
+	// Every pod's containers stopped at once, each within its grace period
+	// (an in-process runtime that overruns it is abandoned, not waited
+	// for).
+	var stops sync.WaitGroup
 	r.mu.Lock()
 	for uid := range r.procs {
-		go r.stop(uid)
+		stops.Go(func() { r.stop(uid) })
 	}
 	r.mu.Unlock()
+	stops.Wait()
 	r.wg.Wait()
 	return nil
 }
@@ -305,11 +348,15 @@ func (r *Runner) launchLocked(p *proc, c *container) error {
 	return r.launch(p, c)
 }
 
-// launch starts a process of c, its output appended to c's log, unless p
-// is being stopped. r.mu must be held.
+// launch starts a process of c (or a run of its in-process program), its
+// output appended to c's log, unless p is being stopped. r.mu must be
+// held.
 func (r *Runner) launch(p *proc, c *container) error {
 	if p.quitting() {
 		return errors.New("pod is stopping")
+	}
+	if c.program != nil {
+		return r.launchProgram(p, c)
 	}
 	pod := p.pod
 	logf, err := os.OpenFile(c.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -324,7 +371,10 @@ func (r *Runner) launch(p *proc, c *container) error {
 		logf.Close()
 		return fmt.Errorf("container %s: %w", c.name, err)
 	}
-	cur := &run{cmd: cmd, started: time.Now(), done: make(chan struct{})}
+	pgid := cmd.Process.Pid
+	cur := &run{started: time.Now(), done: make(chan struct{}),
+		term: func() { _ = syscall.Kill(-pgid, syscall.SIGTERM) },
+		kill: func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) }}
 	c.cur = cur
 	r.wg.Add(1)
 	go func() {

@@ -69,6 +69,13 @@ type testEnv struct {
 // milliseconds and a 1 s wait for an agent sidecar to listen. The fake grants any token request.
 func newTestEnv(t *testing.T, command func(*corev1.Pod, *corev1.Container) (string, []string), pods []*corev1.Pod, objs ...runtime.Object) *testEnv {
 	t.Helper()
+	return newTestEnvWith(t, Options{Command: command}, pods, objs...)
+}
+
+// newTestEnvWith is newTestEnv with opts (its Command, Mode and Program;
+// the rest is the test's).
+func newTestEnvWith(t *testing.T, opts Options, pods []*corev1.Pod, objs ...runtime.Object) *testEnv {
+	t.Helper()
 	dir := t.TempDir()
 	cs := fake.NewClientset(objs...)
 	// The fake cannot create tokens; any token will do.
@@ -89,7 +96,8 @@ func newTestEnv(t *testing.T, command func(*corev1.Pod, *corev1.Container) (stri
 		}
 	}
 	log := &testLog{t: t}
-	r := newRunner(Options{Server: "https://127.0.0.1:1", Dir: dir, GracePeriod: time.Second, Log: log, Command: command}, cs)
+	opts.Server, opts.Dir, opts.GracePeriod, opts.Log = "https://127.0.0.1:1", dir, time.Second, log
+	r := newRunner(opts, cs)
 	r.backoff, r.backoffMax, r.upAfter, r.listenWait = 200*time.Millisecond, 400*time.Millisecond, 300*time.Millisecond, time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -3,7 +3,6 @@ package podprocess
 import (
 	"context"
 	"os"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -86,13 +85,19 @@ func (r *Runner) halt(p *proc) {
 		r.mu.Lock()
 		cur := c.cur
 		r.mu.Unlock()
-		r.terminate(cur)
+		r.terminate(p, c, cur)
 	}
 }
 
 // terminate ends one process: SIGTERM to its process group, SIGKILL after
-// the grace period. It returns once the process has exited.
-func (r *Runner) terminate(cur *run) {
+// the grace period. It returns once the process has exited. An in-process
+// runtime (ModeFleet) has its context cancelled instead; one that has not
+// returned within the grace period cannot be killed: it is abandoned,
+// logged, and terminate returns as after a SIGKILL, so the pod's deletion
+// is not held up longer than a kubelet would hold it. The abandoned
+// goroutine runs on until it returns (its pod-bound token stops working
+// once the pod is gone); it is not restarted.
+func (r *Runner) terminate(p *proc, c *container, cur *run) {
 	if cur == nil {
 		return
 	}
@@ -101,11 +106,20 @@ func (r *Runner) terminate(cur *run) {
 		return
 	default:
 	}
-	_ = syscall.Kill(-cur.cmd.Process.Pid, syscall.SIGTERM)
+	if cur.abandoned.Load() {
+		return
+	}
+	cur.term()
 	select {
 	case <-cur.done:
 	case <-time.After(r.opts.GracePeriod):
-		_ = syscall.Kill(-cur.cmd.Process.Pid, syscall.SIGKILL)
+		if cur.kill == nil {
+			cur.abandoned.Store(true)
+			r.logf("pod %s/%s (%s): container %s did not return within the grace period of %s after its context was cancelled; abandoned (a goroutine cannot be killed)\n",
+				p.pod.Namespace, p.pod.Name, p.pod.UID, c.name, r.opts.GracePeriod)
+			return
+		}
+		cur.kill()
 		<-cur.done
 	}
 }
