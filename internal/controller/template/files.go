@@ -29,8 +29,9 @@ const (
 
 // FilesRetryAfter is how long after its n-th refused create in a row
 // (n >= 1) a template's files ConfigMap is tried again: 1 s, 2 s, 4 s, …,
-// at most 5 minutes. A quota freed or a policy relaxed is noticed by the
-// next try, without any change to the template.
+// at most 5 minutes. A policy relaxed is noticed by the next try, without
+// any change to the template; a ResourceQuota raised or freed makes the
+// next try due at once (refusedByQuota).
 func FilesRetryAfter(n int) time.Duration {
 	d := filesFirstRetry
 	for i := 1; i < n && d < filesMaxRetry; i++ {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -392,5 +393,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A deleted files ConfigMap is made again at once. The cache holds
 		// only ConfigMaps labelled lull.dev/files.
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(filesToTemplate)).
+		// A quota raised (or freed) retries a refused files ConfigMap at once.
+		Watches(&corev1.ResourceQuota{}, handler.EnqueueRequestsFromMapFunc(r.refusedByQuota), builder.WithPredicates(quotaPredicate)).
 		Complete(r)
 }
