@@ -171,6 +171,10 @@ func TestDrainDeadline(t *testing.T) {
 type waveWatcher struct {
 	mu     sync.Mutex
 	moving map[string]bool
+	// served: the sessions seen Ready at least once. One that has never
+	// been is starting, not moving: its first status write may come after
+	// the test saw its pod run.
+	served map[string]bool
 	why    map[string]string
 	most   int
 	at     []string // the sessions moving when most was reached
@@ -188,7 +192,7 @@ func watchWave(t *testing.T, ns string) *waveWatcher {
 		cancel()
 		t.Fatal(err)
 	}
-	ww := &waveWatcher{moving: map[string]bool{}, why: map[string]string{}}
+	ww := &waveWatcher{moving: map[string]bool{}, served: map[string]bool{}, why: map[string]string{}}
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); w.Stop(); <-done })
 	go func() {
@@ -201,7 +205,10 @@ func watchWave(t *testing.T, ns string) *waveWatcher {
 			moving := !s.Spec.Suspend && ((s.Status.Drain != nil && (s.Status.Drain.Reason == lullv1.DrainReasonUpdate || s.Status.Drain.Reason == lullv1.DrainReasonLifetime)) || s.Status.Replacement != nil ||
 				!meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionReady))
 			ww.mu.Lock()
-			ww.moving[s.Name] = moving && ev.Type != watch.Deleted
+			if meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionReady) {
+				ww.served[s.Name] = true
+			}
+			ww.moving[s.Name] = moving && ev.Type != watch.Deleted && ww.served[s.Name]
 			ww.why[s.Name] = fmt.Sprintf("rv %s seq %d drain %v replacement %v ready %v", s.ResourceVersion, s.Status.DrainSequence, s.Status.Drain != nil, s.Status.Replacement != nil,
 				meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionReady))
 			n := 0

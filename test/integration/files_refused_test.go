@@ -105,7 +105,34 @@ func TestFilesQuota(t *testing.T) {
 		t.Errorf("the new session has a StatefulSet (%v) before its files ConfigMap exists", err)
 	}
 
-	// Raise the quota: nothing lull watches changes; its retry notices.
+	// Wait until the backoff has grown to put the next try at least 8 s
+	// away, so that a recovery before it is the quota watch's doing.
+	var nextTry time.Time
+	eventually(t, 60*time.Second, "the next try at least 8 s away", func(ctx context.Context) error {
+		got := &lullv1.SessionTemplate{}
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(tpl), got); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, lullv1.ConditionFilesReady)
+		if c == nil {
+			return fmt.Errorf("no FilesReady")
+		}
+		i := strings.LastIndex(c.Message, "next try at ")
+		if i < 0 {
+			return fmt.Errorf("FilesReady message names no next try: %q", c.Message)
+		}
+		at, err := time.Parse(time.RFC3339, c.Message[i+len("next try at "):])
+		if err != nil {
+			return err
+		}
+		if wait := time.Until(at); wait < 8*time.Second {
+			return fmt.Errorf("next try in %s", wait)
+		}
+		nextTry = at
+		return nil
+	})
+
+	// Raise the quota: the quota watch makes the next try due at once.
 	quota.Spec.Hard[corev1.ResourceName("count/configmaps")] = resource.MustParse("1000")
 	if err := admin.Update(ctx, quota); err != nil {
 		t.Fatal(err)
@@ -114,8 +141,8 @@ func TestFilesQuota(t *testing.T) {
 	if err := admin.Status().Update(ctx, quota); err != nil {
 		t.Fatal(err)
 	}
-	// The next try may be up to a backoff step away.
-	eventually(t, 90*time.Second, "the quota raised: FilesReady=True and both StatefulSets mount the new files", func(ctx context.Context) error {
+	// Before the try the backoff had set: the quota's change brought it.
+	eventually(t, time.Until(nextTry)-time.Second, "the quota raised: FilesReady=True and both StatefulSets mount the new files before the backoff's next try", func(ctx context.Context) error {
 		if err := filesReadyIs(ctx, ns, tpl.Name, metav1.ConditionTrue, lullv1.ReasonFilesCreated, second); err != nil {
 			return err
 		}
