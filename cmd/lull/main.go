@@ -10,7 +10,5 @@ import (
 )
 
 func main() {
-	if err := cli.NewRoot().Execute(); err != nil {
-		os.Exit(1)
-	}
+	os.Exit(cli.ExitCode(cli.NewRoot().Execute()))
 }

@@ -60,16 +60,18 @@ func newCatalogCheckCommand() *cobra.Command {
 		Short: "Say whether a template in the namespace may run IMAGE, and why",
 		Long: `Judge IMAGE as the API server's admission policy judges a template's
 runtime image in the namespace (-n): allowed or refused, with the reason.
-It exits non-zero when the image is refused.`,
+It exits 1 when the image is refused and 2 when it could not judge (no
+cluster, no permission to read the catalog), so a script can tell them
+apart.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, ns, err := k.client()
 			if err != nil {
-				return err
+				return ExitError{Code: 2, Err: err}
 			}
 			ok, err := CheckImage(cmd.Context(), cmd.OutOrStdout(), c, ns, args[0])
 			if err != nil {
-				return err
+				return ExitError{Code: 2, Err: err}
 			}
 			if !ok {
 				cmd.SilenceErrors = true
@@ -82,9 +84,32 @@ It exits non-zero when the image is refused.`,
 	return cmd
 }
 
-// errRefused makes `lull catalog check` exit non-zero; the reason was
-// printed already.
+// errRefused makes `lull catalog check` exit 1; the reason was printed
+// already.
 var errRefused = errors.New("image refused")
+
+// ExitError is an error with the exit status a command wants (main uses
+// it; any other error exits 1).
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e ExitError) Error() string { return e.Err.Error() }
+func (e ExitError) Unwrap() error { return e.Err }
+
+// ExitCode is the exit status for err returned by a command: 0 for nil,
+// an ExitError's Code, else 1.
+func ExitCode(err error) int {
+	var e ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &e):
+		return e.Code
+	}
+	return 1
+}
 
 // readCatalog returns RuntimeCatalog "default", or nil when there is none
 // (or its API is not installed): then every image is allowed.

@@ -2,6 +2,10 @@ package cli
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -94,5 +98,31 @@ func TestWriteTemplatesJudgesEachTemplate(t *testing.T) {
 		if !strings.Contains(strings.Join(strings.Fields(out.String()), " "), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// `lull catalog check` exits 1 for a refused image and 2 when it could not
+// judge, so a script can tell a refusal from a broken kubeconfig; any other
+// command's error exits 1.
+func TestCatalogCheckExitCodes(t *testing.T) {
+	if got := ExitCode(nil); got != 0 {
+		t.Errorf("ExitCode(nil) = %d, want 0", got)
+	}
+	if got := ExitCode(errRefused); got != 1 {
+		t.Errorf("a refused image exits %d, want 1", got)
+	}
+	if got := ExitCode(fmt.Errorf("wrapped: %w", ExitError{Code: 2, Err: errors.New("no cluster")})); got != 2 {
+		t.Errorf("an error judging exits %d, want 2", got)
+	}
+	if got := ExitCode(errors.New("anything else")); got != 1 {
+		t.Errorf("another error exits %d, want 1", got)
+	}
+
+	cmd := NewRoot()
+	cmd.SetArgs([]string{"catalog", "check", "example.com/x:v1", "--kubeconfig", filepath.Join(t.TempDir(), "missing")})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	if got := ExitCode(cmd.Execute()); got != 2 {
+		t.Errorf("check with a missing kubeconfig exits %d, want 2", got)
 	}
 }
