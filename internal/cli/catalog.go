@@ -202,3 +202,22 @@ func list(items []string, empty string) string {
 	}
 	return strings.Join(items, ",")
 }
+
+// catalogHold says why nothing will move for a break-glass on t when the
+// catalog refuses t's runtime image (the rollout holds whatever the
+// strategy), or "" when it allows it or cannot be read: the warning is a
+// courtesy, the controller's ImageAllowed condition is the record.
+func catalogHold(ctx context.Context, c client.Reader, t *lullv1.SessionTemplate) string {
+	rt := t.RuntimeContainer()
+	if rt == nil {
+		return ""
+	}
+	cat, err := readCatalog(ctx, c)
+	if err != nil {
+		return ""
+	}
+	if ok, why := catalog.Allowed(cat, t.Namespace, rt.Image); !ok {
+		return fmt.Sprintf("%s; no session moves until the catalog lists the image (lull catalog), break-glass or not", why)
+	}
+	return ""
+}

@@ -17,6 +17,7 @@ import (
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/catalog/catalogtest"
 	"lull.dev/lull/internal/manager"
+	"lull.dev/lull/internal/scenario"
 )
 
 func catalogClient(objs ...client.Object) client.Client {
@@ -124,5 +125,22 @@ func TestCatalogCheckExitCodes(t *testing.T) {
 	cmd.SetErr(io.Discard)
 	if got := ExitCode(cmd.Execute()); got != 2 {
 		t.Errorf("check with a missing kubeconfig exits %d, want 2", got)
+	}
+}
+
+// A break-glass on a template whose runtime image the catalog refuses says
+// that nothing will move; one whose image is listed, or with no catalog,
+// says nothing more.
+func TestForceWarnsWhenTheCatalogHoldsTheTemplate(t *testing.T) {
+	refused := scenario.Template("team-b", "agent", "registry.example.com/agent-runtime:v9")
+	if got := catalogHold(t.Context(), catalogClient(catalogtest.Catalog()), refused); !strings.Contains(got, "no session moves until the catalog lists the image") || !strings.Contains(got, "v9") {
+		t.Errorf("catalogHold of a refused image = %q", got)
+	}
+	listed := scenario.Template("team-b", "agent", "registry.example.com/agent-runtime:v2")
+	if got := catalogHold(t.Context(), catalogClient(catalogtest.Catalog()), listed); got != "" {
+		t.Errorf("catalogHold of a listed image = %q, want none", got)
+	}
+	if got := catalogHold(t.Context(), catalogClient(), refused); got != "" {
+		t.Errorf("catalogHold without a catalog = %q, want none", got)
 	}
 }

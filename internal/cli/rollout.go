@@ -104,6 +104,9 @@ when. Use it for security-critical updates.`,
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "SessionTemplate %s/%s: break-glass for revision %s by %s: every stale session drains for at most %s, then is replaced\n",
 				ns, t.Name, rev, bg.RequestedBy, grace)
+			if hold := catalogHold(cmd.Context(), c, t); hold != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "warning: %s\n", hold)
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "follow it with: lull rollout status %s -n %s --watch\n", t.Name, ns)
 			return nil
 		},
