@@ -17,14 +17,17 @@ import (
 // QuotaMayAdmitMore reports whether a ResourceQuota's change (old nil: it
 // was created; new nil: it was deleted) can let a refused files ConfigMap
 // in: a quota that appears or goes, its limits changed, or its recorded
-// use of ConfigMaps fell. Its other status updates (the quota controller
-// recounts on every create in the namespace) cannot, and must not wake the
-// refused templates of a busy namespace on each of them.
+// use of ConfigMaps fell. The limits admission enforces are status.hard,
+// which the quota controller copies from spec.hard after an edit, so a
+// change of either counts (a retry on the spec edit alone can still be
+// refused). Its other status updates (the quota controller recounts on
+// every create in the namespace) cannot, and must not wake the refused
+// templates of a busy namespace on each of them.
 func QuotaMayAdmitMore(old, new *corev1.ResourceQuota) bool {
 	if old == nil || new == nil {
 		return true
 	}
-	if !equality.Semantic.DeepEqual(old.Spec, new.Spec) {
+	if !equality.Semantic.DeepEqual(old.Spec, new.Spec) || !equality.Semantic.DeepEqual(old.Status.Hard, new.Status.Hard) {
 		return true
 	}
 	for _, name := range []corev1.ResourceName{"count/configmaps", corev1.ResourceConfigMaps} {

@@ -16,6 +16,11 @@ func quota(hard, used string) *corev1.ResourceQuota {
 	return q
 }
 
+func withStatusHard(q *corev1.ResourceQuota, hard string) *corev1.ResourceQuota {
+	q.Status.Hard = corev1.ResourceList{"count/configmaps": resource.MustParse(hard)}
+	return q
+}
+
 // Only a quota change that can admit one more ConfigMap wakes the refused
 // templates: not the recounts the quota controller writes on every create.
 func TestQuotaMayAdmitMore(t *testing.T) {
@@ -27,6 +32,7 @@ func TestQuotaMayAdmitMore(t *testing.T) {
 		{"created", nil, quota("2", "2"), true},
 		{"deleted", quota("2", "2"), nil, true},
 		{"limit raised", quota("2", "2"), quota("100", "2"), true},
+		{"limit raised in status (what admission enforces)", quota("2", "2"), withStatusHard(quota("2", "2"), "100"), true},
 		{"a ConfigMap freed", quota("2", "2"), quota("2", "1"), true},
 		{"a ConfigMap counted", quota("3", "1"), quota("3", "2"), false},
 		{"an unrelated recount", quota("2", "2"), quota("2", "2"), false},
