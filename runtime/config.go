@@ -35,13 +35,16 @@ type Config struct {
 	REST *rest.Config
 	// Logger receives the runtime's logs; nil means slog.Default().
 	Logger *slog.Logger
-	// ReportRefresh is how often the runtime rewrites its report in
-	// status.runtime when nothing changed (LULL_REPORT_REFRESH): the
-	// controller judges a report it has not seen rewritten for twice this
-	// plus 10 seconds stale, and never culls an idle session on a stale
-	// report. Every report carries it, rounded up to whole seconds, as
-	// RefreshSeconds. Zero means DefaultReportRefresh; otherwise it must
-	// lie between MinReportRefresh and MaxReportRefresh.
+	// ReportRefresh is the longest a change of turn count or activity
+	// stays unwritten in status.runtime (LULL_REPORT_REFRESH): such
+	// changes are coalesced and written at most once per ReportRefresh,
+	// and nothing is written while nothing changes. It is the granularity
+	// of activity the idle policy sees: the controller culls no sooner
+	// than ReportRefresh after the idle limit. A change of drain state is
+	// written at once whatever it is. Every report carries it, rounded up
+	// to whole seconds, as RefreshSeconds. Zero means
+	// DefaultReportRefresh; otherwise it must lie between MinReportRefresh
+	// and MaxReportRefresh.
 	ReportRefresh time.Duration
 }
 
@@ -57,10 +60,10 @@ const (
 // Config.ReportRefresh from: a Go duration ("30s", "2m").
 const EnvReportRefresh = "LULL_REPORT_REFRESH"
 
-// reportRefresh returns the interval the reporter rewrites an unchanged
-// report at, and that interval rounded up to whole seconds, the
-// RefreshSeconds every report carries: the runtime never rewrites less
-// often than it says.
+// reportRefresh returns the longest the reporter leaves a change of
+// activity unwritten, and that bound rounded up to whole seconds, the
+// RefreshSeconds every report carries: the runtime is never later than it
+// says.
 func (c Config) reportRefresh() (time.Duration, int32) {
 	d := c.ReportRefresh
 	if d == 0 {

@@ -13,22 +13,26 @@ import (
 	"lull.dev/lull/drain"
 )
 
-// A healthy runtime keeps its report fresh: a stale report makes the
-// controller say RuntimeNotReporting (a Warning Event) and never cull. The
-// runtime of a new pod starts while its Session still names the pod it
+// The runtime of a new pod starts while its Session still names the pod it
 // replaced (the controller writes the new pod into status only once it has
 // seen it, later if the controller is down or behind). That runtime was
-// never replaced: it must heartbeat. Only a runtime the session moved away
-// from (it named this pod, and now names another) stops refreshing.
-func TestNewPodHeartbeatsBeforeTheSessionNamesIt(t *testing.T) {
+// never replaced: it reports, and its activity too, or the controller
+// would find the current pod with no report of its own (Active=Unknown,
+// RuntimeNotReporting). Only a runtime the session moved away from (it
+// named this pod, and now names another) writes nothing more.
+func TestNewPodReportsBeforeTheSessionNamesIt(t *testing.T) {
 	f := newFakeSession()
 	// The session still names the previous pod, whose last report stands.
 	f.session.Status.PodUID = otherPod
 	prev := metav1.NewTime(time.Now().Add(-time.Minute))
 	f.session.Status.Runtime = &lullv1.RuntimeReport{PodUID: otherPod, State: lullv1.RuntimeDrained, RequestID: req1, RefreshSeconds: 60, ReportedAt: &prev}
-	rt := heartbeatRuntime(f)
+	rt := shortRefreshRuntime(f)
 	runRuntime(t, rt)
-	waitHeartbeats(t, f, "the new pod's Serving report, refreshed", isState(lullv1.RuntimeServing, ""), 3)
+	waitReport(t, f, "the new pod's Serving report", func(r *lullv1.RuntimeReport) bool {
+		return r.PodUID == testPod && isState(lullv1.RuntimeServing, "")(r)
+	})
+	rt.Bump()
+	waitReport(t, f, "the new pod's activity", func(r *lullv1.RuntimeReport) bool { return r.PodUID == testPod && r.LastActivity != nil })
 }
 
 // Guarantees of the seal around an idle cull, under concurrency: clients

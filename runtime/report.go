@@ -17,29 +17,33 @@ import (
 
 const (
 	// drainingReportInterval is the least time between two Draining
-	// reports of one request that differ only in turn count or activity.
+	// reports of one request that differ only in turn count or activity
+	// (unless the refresh bound is shorter): the controller waits on them.
 	drainingReportInterval = time.Second
-	// servingReportInterval is the least time between two reports of the
-	// same state that differ only in turn count or activity outside a
-	// drain (unless the refresh interval is shorter): enough for the
-	// controller's Active condition and idle clock, not a write per turn.
-	servingReportInterval = time.Minute
 	// writeTimeout bounds one status write.
 	writeTimeout = 10 * time.Second
 )
 
-// reporter writes the gate's state to status.runtime: at once on a change
-// of state or request (Drained above all: the controller deletes the pod on
-// it) or of the expired-turn count (an expiry may have taken live work),
-// and of activity while an Idle drain request is outstanding (the user is
-// back: the controller withdraws the request when it sees it);
-// rate-limited for other changes of turn count and activity; and again,
-// unchanged but freshly stamped, once refresh has passed since its last
-// write, in every state, so the controller can tell a live runtime from a
-// stale report. It retries failed writes with backoff. After each write it
-// tells the gate with Published, which reopens a gate waiting on Serving.
-// One reporter is the only writer of status.runtime for its pod, and it
-// writes one report at a time.
+// reporter writes the gate's state to status.runtime, and only when what
+// the report says has changed: nothing changed, no request. It writes at
+// once on a change of state or request (Drained above all: the controller
+// deletes the pod on it) or of the expired-turn count (an expiry may have
+// taken live work), and of activity while an Idle drain request is
+// outstanding (the user is back: the controller withdraws the request
+// when it sees it). Other changes of turn count and activity are
+// coalesced: written refresh after the last write at the latest (every
+// drainingReportInterval during a drain), so refresh is the longest a
+// change stays unwritten, the granularity of activity the idle policy
+// sees, and a busy runtime writes at most once per refresh. An idle
+// runtime writes nothing after its first report. (Before, the report was
+// rewritten every refresh as a heartbeat; at 5,000 sessions that was 83
+// writes a second for nothing. The controller needs no heartbeat: a cull
+// is a drain request that only a live runtime can answer, see
+// docs/protocol.md.) It retries failed writes with backoff. After each
+// write it tells the gate with Published, which reopens a gate waiting on
+// Serving. One reporter is the only writer of status.runtime for its pod,
+// and it writes one report at a time; once the session has moved on to
+// another pod it writes nothing more.
 type reporter struct {
 	api  sessionAPI
 	gate *Gate
@@ -47,9 +51,9 @@ type reporter struct {
 	log  *slog.Logger
 
 	drainingInterval time.Duration
-	servingInterval  time.Duration
-	// refresh is the longest time between two writes; refreshSeconds is
-	// what every report says it is (RefreshSeconds), never less.
+	// refresh is the longest a change of turn count or activity stays
+	// unwritten; refreshSeconds is what every report says it is
+	// (RefreshSeconds), never less.
 	refresh        time.Duration
 	refreshSeconds int32
 
@@ -61,6 +65,9 @@ type reporter struct {
 	// stored receives what the Session watch sees in status.runtime while
 	// the session names this runtime's pod as its pod; latest wins.
 	stored chan storedReport
+	// namedAgain wakes the loop when a session that had moved on names
+	// this runtime's pod again, so a report held back meanwhile goes out.
+	namedAgain chan struct{}
 
 	mu       sync.Mutex
 	latestRV string // the Session version the runtime last applied
@@ -69,10 +76,10 @@ type reporter struct {
 	named bool
 	// movedOn: the session named this runtime's pod, and in the version
 	// last applied it names another pod as its pod: this runtime was
-	// replaced. Its report would then only overwrite that pod's, so it is
-	// no longer refreshed. A runtime whose session has not yet named its
-	// pod (a new pod, while the session still names the pod it replaced:
-	// the controller is behind or down) was not replaced, and refreshes.
+	// replaced. Its report would then only overwrite that pod's, so it
+	// writes none. A runtime whose session has not yet named its pod (a
+	// new pod, while the session still names the pod it replaced: the
+	// controller is behind or down) was not replaced, and reports.
 	movedOn bool
 }
 
@@ -85,7 +92,14 @@ func (r *reporter) seen(resourceVersion string, sessionPod types.UID) {
 	if sessionPod == r.pod {
 		r.named = true
 	}
+	was := r.movedOn
 	r.movedOn = r.named && sessionPod != "" && sessionPod != r.pod
+	if was && !r.movedOn {
+		select {
+		case r.namedAgain <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (r *reporter) sessionMovedOn() bool {
@@ -106,18 +120,18 @@ type storedReport struct {
 	resourceVersion uint64 // 0 if not a number
 }
 
-// newReporter returns the reporter of pod's runtime, which rewrites an
-// unchanged report every refresh (see Config.reportRefresh).
+// newReporter returns the reporter of pod's runtime, which leaves a change
+// of activity unwritten for refresh at most (see Config.reportRefresh).
 func newReporter(api sessionAPI, gate *Gate, pod types.UID, refresh time.Duration, refreshSeconds int32, log *slog.Logger) *reporter {
 	return &reporter{
 		api: api, gate: gate, pod: pod, log: log,
 		drainingInterval: drainingReportInterval,
-		servingInterval:  servingReportInterval,
 		refresh:          refresh,
 		refreshSeconds:   refreshSeconds,
 		retry:            backoff{initial: 100 * time.Millisecond, max: 10 * time.Second},
 		reassert:         backoff{initial: time.Second, max: 30 * time.Second},
 		stored:           make(chan storedReport, 1),
+		namedAgain:       make(chan struct{}, 1),
 	}
 }
 
@@ -158,6 +172,7 @@ func (r *reporter) run(ctx context.Context) {
 			return
 		case latest = <-snapshots:
 		case <-timer.C:
+		case <-r.namedAgain:
 		case stored := <-r.stored:
 			switch {
 			case written == nil || stored.resourceVersion == 0 || writtenRV == 0 || stored.resourceVersion <= writtenRV:
@@ -174,18 +189,18 @@ func (r *reporter) run(ctx context.Context) {
 			}
 		}
 		want := reportFor(r.pod, latest, r.refreshSeconds)
-		same := sameReport(want, written)
-		if same {
+		if sameReport(want, written) {
+			// Nothing to write: no request, and no timer to wake for.
 			r.gate.Published(written.State)
-		}
-		now := time.Now()
-		if same && r.sessionMovedOn() {
-			// The session moved on to another pod: a heartbeat would only
-			// overwrite that pod's report. Look again a refresh later, in
-			// case it names this pod again.
-			timer.Reset(r.refresh)
 			continue
 		}
+		if r.sessionMovedOn() {
+			// The session moved on to another pod: a write would only
+			// overwrite that pod's report. A later version naming this
+			// pod again reaches the loop as a stored report.
+			continue
+		}
+		now := time.Now()
 		if at := laterOf(notBefore, r.due(want, written, writtenAt, latest.Reason)); now.Before(at) {
 			timer.Reset(at.Sub(now))
 			continue
@@ -206,38 +221,33 @@ func (r *reporter) run(ctx context.Context) {
 		notBefore = time.Time{}
 		written, writtenAt = want, time.Now()
 		writtenRV, _ = strconv.ParseUint(rv, 10, 64)
-		// The next heartbeat, unless a change comes first; nothing else
-		// may wake this loop (the watch may be down).
-		timer.Reset(r.refresh)
 		r.gate.Published(want.State)
 	}
 }
 
-// due returns when want may be written, given the last report written at
-// writtenAt and the reason of the drain request being served: at once for
-// a new state, request, pod or expired-turn count, and for new activity
-// while the request is an Idle one (a user back in a session being
-// suspended; the report keeps activity to the second, so this is at most
-// one write a second); after the state's interval for another change of
-// active turn count or activity; and refresh after the last write in any
-// case, changed or not (a heartbeat carries the latest state).
+// due returns when want, which differs from the report written at
+// writtenAt, may be written, given the reason of the drain request being
+// served: at once for a new state, request, pod or expired-turn count, and
+// for new activity while the request is an Idle one (a user back in a
+// session being suspended; the report keeps activity to the second, so
+// this is at most one write a second); otherwise, for a change of active
+// turn count or activity alone, refresh after the last write (during a
+// drain, drainingReportInterval after it if that is sooner). A change is
+// thus never unwritten for longer than refresh, and the runtime writes no
+// more than once per refresh for activity alone.
 func (r *reporter) due(want, written *lullv1.RuntimeReport, writtenAt time.Time, reason lullv1.DrainReason) time.Time {
 	if written == nil || want.State != written.State || want.RequestID != written.RequestID || want.PodUID != written.PodUID ||
-		want.ExpiredTurns != written.ExpiredTurns {
+		want.ExpiredTurns != written.ExpiredTurns || want.RefreshSeconds != written.RefreshSeconds {
 		return time.Time{}
-	}
-	heartbeat := writtenAt.Add(r.refresh)
-	if sameReport(want, written) {
-		return heartbeat
 	}
 	if reason == lullv1.DrainReasonIdle && want.RequestID != "" && !timeEqual(want.LastActivity, written.LastActivity) {
 		return time.Time{}
 	}
-	interval := r.servingInterval
+	interval := r.refresh
 	if want.State == lullv1.RuntimeDraining {
-		interval = r.drainingInterval
+		interval = min(interval, r.drainingInterval)
 	}
-	return earlierOf(writtenAt.Add(interval), heartbeat)
+	return writtenAt.Add(interval)
 }
 
 // write patches status.runtime with report, stamped with the time, and
@@ -274,7 +284,7 @@ func (r *reporter) write(ctx context.Context, report *lullv1.RuntimeReport) (str
 }
 
 // reportFor returns the report of pod for snapshot s, without ReportedAt,
-// saying the runtime rewrites it every refreshSeconds. LastActivity is kept
+// saying a change of activity stays unwritten for refreshSeconds at most. LastActivity is kept
 // to the second, the precision the API stores.
 func reportFor(pod types.UID, s Snapshot, refreshSeconds int32) *lullv1.RuntimeReport {
 	r := &lullv1.RuntimeReport{
@@ -318,13 +328,6 @@ func timeEqual(a, b *metav1.Time) bool {
 
 func laterOf(a, b time.Time) time.Time {
 	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-func earlierOf(a, b time.Time) time.Time {
-	if a.Before(b) {
 		return a
 	}
 	return b

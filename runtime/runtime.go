@@ -9,10 +9,13 @@
 // is what makes it safe for the controller to delete the pod on a Drained
 // report. This follows the Kelos session-runtime drain.
 //
-// The report is rewritten every Config.ReportRefresh even when nothing
-// changed, so the controller can tell a live runtime from a stale report;
-// it never culls an idle session on a stale one. A turn attempted while
-// the session is being drained for inactivity (reason Idle) is refused but
+// The report is written only when what it says changes: a new drain state
+// at once, turn counts and activity coalesced so that none stays unwritten
+// longer than Config.ReportRefresh. An idle runtime makes no API request
+// after its first report, save one watch request every 30 to 60 minutes
+// (the watch resumes from its last version, with bookmarks, and never
+// reads again unless that version has expired). A turn attempted while the
+// session is being drained for inactivity (reason Idle) is refused but
 // counts as activity, and is reported at once: the controller then
 // withdraws the request and the runtime serves again.
 //

@@ -3,12 +3,16 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
@@ -129,7 +133,10 @@ func TestRunStaysSealedOnceReplaced(t *testing.T) {
 	}
 }
 
-func TestRunRereadsAfterWatchEnds(t *testing.T) {
+// The runtime reads its Session once, at start. Whenever a watch ends it
+// watches again from the last version a watch delivered (an event or a
+// bookmark), without reading: the API server sends what changed since.
+func TestRunResumesWatchesWithoutReading(t *testing.T) {
 	f := newFakeSession()
 	failures := 2
 	f.getErr = func() error {
@@ -142,32 +149,104 @@ func TestRunRereadsAfterWatchEnds(t *testing.T) {
 	rt := startRuntime(t, f)
 	waitFor(t, "the first watch", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.watchers) == 1 })
 	waitFor(t, "the gate to open", func() bool { return rt.Snapshot().Accepting })
+	watches := func(n int) {
+		t.Helper()
+		waitFor(t, fmt.Sprintf("watch %d", n), func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.watchers) == n })
+	}
 
 	f.mu.Lock()
 	if f.gets != 3 || f.watchRVs[0] != "1" {
 		t.Errorf("gets = %d, first watch from %q; want 3 (two failed) and the Get's resourceVersion 1", f.gets, f.watchRVs[0])
 	}
+	if d := f.watchTimeouts[0]; d < minWatchTimeout || d >= maxWatchTimeout {
+		t.Errorf("watch timeout %v, want within [%v, %v)", d, minWatchTimeout, maxWatchTimeout)
+	}
 	// The server closes the watch; meanwhile a request arrives that no
-	// watch delivers: the runtime must read it.
+	// open watch delivers: the resumed watch does.
+	seen := f.session.ResourceVersion // the runtime's own report, delivered
 	f.watchers[0].Stop()
 	f.session.Status.Drain = &lullv1.DrainRequest{RequestID: req1, PodUID: testPod, Reason: lullv1.DrainReasonUpdate}
 	f.bump()
 	f.mu.Unlock()
-	waitReport(t, f, "Drained after re-reading", isState(lullv1.RuntimeDrained, req1))
-
-	// An error event: read again and watch from the new version. (A 410
-	// Expired is answered differently: TestRunWatchesFromNowWhenItsVersionIsTooOld.)
-	waitFor(t, "the second watch", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.watchers) == 2 })
+	waitReport(t, f, "Drained from the resumed watch", isState(lullv1.RuntimeDrained, req1))
+	watches(2)
 	f.mu.Lock()
+	if got := f.watchRVs[1]; got != seen {
+		t.Errorf("resumed from %q, want the last version delivered, %q", got, seen)
+	}
+
+	// An error event: watch again from the last version.
+	rv := f.session.ResourceVersion // the Drained report, delivered
 	f.watchers[1].Error(&apierrors.NewInternalError(errors.New("etcd leader changed")).ErrStatus)
 	f.mu.Unlock()
-	waitFor(t, "the third watch", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.watchers) == 3 })
+	watches(3)
 	f.mu.Lock()
-	rv := f.session.ResourceVersion
 	if got := f.watchRVs[2]; got != rv {
-		t.Errorf("watch after an error from %q, want the re-read version %q", got, rv)
+		t.Errorf("watch after an error from %q, want the last version delivered, %q", got, rv)
 	}
+	// Other objects change: the Session's watch gets a bookmark at a newer
+	// version, and resumes from it.
+	f.rv += 5
 	f.mu.Unlock()
+	f.bookmark()
+	f.mu.Lock()
+	bookmarked := strconv.Itoa(f.rv)
+	f.watchers[2].Stop()
+	f.mu.Unlock()
+	watches(4)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if got := f.watchRVs[3]; got != bookmarked {
+		t.Errorf("watch after a bookmark from %q, want the bookmark's version %q", got, bookmarked)
+	}
+	if f.gets != 3 {
+		t.Errorf("gets = %d after three resumed watches, want still 3", f.gets)
+	}
+}
+
+// What the runtime does when a watch ends, and when.
+func TestAfterWatch(t *testing.T) {
+	const timeout = 40 * time.Minute
+	expired := apierrors.NewResourceExpired("too old resource version: 5 (9)")
+	tooLarge := apierrors.NewTimeoutError("Too large resource version", 1)
+	tooLarge.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge}}
+	for _, tc := range []struct {
+		name  string
+		err   error
+		lived time.Duration
+		want  watchStep
+	}{
+		{"closed at its timeout", nil, timeout, watchStep{fromLast, pauseNone}},
+		{"closed early (API server restart)", nil, 3 * time.Minute, watchStep{fromLast, pauseSpread}},
+		{"closed at once", nil, minWatchLife / 2, watchStep{fromLast, pauseBackoff}},
+		{"watch request failed", apierrors.NewServiceUnavailable("down"), 0, watchStep{fromLast, pauseBackoff}},
+		{"error event", apierrors.NewInternalError(errors.New("etcd")), time.Minute, watchStep{fromLast, pauseBackoff}},
+		{"forbidden", apierrors.NewForbidden(schema.GroupResource{Resource: "sessions"}, "s1", errors.New("no")), 0, watchStep{fromLast, pauseBackoff}},
+		{"410 Expired", expired, time.Minute, watchStep{fromNow, pauseNone}},
+		{"410 Gone", apierrors.NewGone("gone"), 0, watchStep{fromNow, pauseNone}},
+		{"too large resource version", tooLarge, 0, watchStep{fromNow, pauseNone}},
+		{"session deleted", errSessionDeleted, time.Minute, watchStep{fromRead, pauseBackoff}},
+	} {
+		if got := afterWatch(tc.err, tc.lived, timeout); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// Watch timeouts are spread over [30m, 60m) in whole seconds, so a fleet's
+// watches do not end together.
+func TestWatchTimeout(t *testing.T) {
+	seen := map[time.Duration]bool{}
+	for range 200 {
+		d := watchTimeout()
+		if d < minWatchTimeout || d >= maxWatchTimeout || d%time.Second != 0 {
+			t.Fatalf("watch timeout %v, want whole seconds within [%v, %v)", d, minWatchTimeout, maxWatchTimeout)
+		}
+		seen[d] = true
+	}
+	if len(seen) < 100 {
+		t.Errorf("%d distinct timeouts in 200, want them spread", len(seen))
+	}
 }
 
 func TestRunRetriesFailedReports(t *testing.T) {
@@ -189,9 +268,10 @@ func TestRunRetriesFailedReports(t *testing.T) {
 	f.mu.Unlock()
 }
 
-// Between heartbeats (a minute here, longer than the test), a report is
-// written only when it changes, and changes of turn count are rate-limited.
-func TestReportsAreRateLimitedAndRepeatedOnlyAsHeartbeats(t *testing.T) {
+// A report is written only when it changes, and changes of turn count are
+// coalesced: outside a drain for the refresh (a minute here, longer than
+// the test), in one for a second.
+func TestReportsAreWrittenOnlyOnChangeAndCoalesced(t *testing.T) {
 	f := newFakeSession()
 	rt := startRuntime(t, f)
 	waitFor(t, "the gate to open", func() bool { return rt.Snapshot().Accepting })

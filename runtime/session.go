@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -27,8 +26,9 @@ const fieldManager = "lull-runtime"
 type sessionAPI interface {
 	// Get reads the Session.
 	Get(ctx context.Context) (*lullv1.Session, error)
-	// Watch watches the Session from resourceVersion.
-	Watch(ctx context.Context, resourceVersion string) (watch.Interface, error)
+	// Watch watches the Session from resourceVersion ("" for its current
+	// state, sent first), with bookmarks, for timeout at most.
+	Watch(ctx context.Context, resourceVersion string, timeout time.Duration) (watch.Interface, error)
 	// PatchStatus sends a JSON merge patch to sessions/status and returns
 	// the Session's resourceVersion after it. A non-empty resourceVersion
 	// is a precondition: the API server answers Conflict if the Session has
@@ -72,15 +72,17 @@ func (k *kubeSession) Get(ctx context.Context) (*lullv1.Session, error) {
 }
 
 // Watch watches the one Session through a field selector on its name, the
-// form of watch a Role limited by resourceNames allows. The server ends the
-// watch after 5 to 10 minutes (as client-go's reflector asks), so a
+// form of watch a Role limited by resourceNames allows. It asks for
+// bookmarks, so the runtime learns the current resourceVersion while its
+// Session does not change and resumes from there when the watch ends, and
+// asks the server to end the watch after timeout (whole seconds), so a
 // connection that died silently is replaced.
-func (k *kubeSession) Watch(ctx context.Context, resourceVersion string) (watch.Interface, error) {
-	timeout := int64((5*time.Minute + rand.N(5*time.Minute)) / time.Second)
+func (k *kubeSession) Watch(ctx context.Context, resourceVersion string, timeout time.Duration) (watch.Interface, error) {
+	seconds := int64(timeout / time.Second)
 	return k.c.Watch(ctx, &lullv1.SessionList{},
 		client.InNamespace(k.key.Namespace),
 		client.MatchingFields{"metadata.name": k.key.Name},
-		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: resourceVersion, TimeoutSeconds: &timeout}},
+		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: resourceVersion, TimeoutSeconds: &seconds, AllowWatchBookmarks: true}},
 	)
 }
 

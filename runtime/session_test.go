@@ -20,7 +20,8 @@ import (
 
 // TestKubeSession drives kubeSession against controller-runtime's fake
 // client: the watch is scoped to the one Session by a name field selector
-// and starts at the given resourceVersion, nothing ever lists, and a status
+// and starts at the given resourceVersion with bookmarks and the given
+// timeout, nothing ever lists, and a status
 // patch changes status.runtime and nothing else.
 func TestKubeSession(t *testing.T) {
 	scheme := kruntime.NewScheme()
@@ -56,17 +57,17 @@ func TestKubeSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := k.Watch(ctx, got.ResourceVersion)
+	w, err := k.Watch(ctx, got.ResourceVersion, 45*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
 	raw := watchOpts.AsListOptions()
-	if watchOpts.Namespace != "ns" || raw.FieldSelector != "metadata.name=s1" || raw.ResourceVersion != got.ResourceVersion {
-		t.Errorf("watch options: namespace %q, %+v; want ns, metadata.name=s1 from resourceVersion %s", watchOpts.Namespace, raw, got.ResourceVersion)
+	if watchOpts.Namespace != "ns" || raw.FieldSelector != "metadata.name=s1" || raw.ResourceVersion != got.ResourceVersion || !raw.AllowWatchBookmarks {
+		t.Errorf("watch options: namespace %q, %+v; want ns, metadata.name=s1 from resourceVersion %s, with bookmarks", watchOpts.Namespace, raw, got.ResourceVersion)
 	}
-	if ts := raw.TimeoutSeconds; ts == nil || *ts < 300 || *ts > 600 {
-		t.Errorf("watch timeoutSeconds %v, want 5 to 10 minutes", ts)
+	if ts := raw.TimeoutSeconds; ts == nil || *ts != 45*60 {
+		t.Errorf("watch timeoutSeconds %v, want the 45 minutes asked for", ts)
 	}
 
 	report := &lullv1.RuntimeReport{PodUID: testPod, RequestID: req1, State: lullv1.RuntimeDrained}

@@ -35,7 +35,9 @@ type fakeSession struct {
 	rv       int
 	watchers []*watch.RaceFreeFakeWatcher
 	watchRVs []string
-	gets     int
+	// watchTimeouts holds the timeout each watch asked for.
+	watchTimeouts []time.Duration
+	gets          int
 	reports  []*lullv1.RuntimeReport
 	// preconditions holds the resourceVersion precondition of every patch
 	// ("" for none).
@@ -55,8 +57,10 @@ type fakeSession struct {
 	deaf bool
 	// oldestWatchable, when set, is the oldest resourceVersion a watch may
 	// start from, as after an API server restart: a watch from an older one
-	// gets a 410 Expired event; a watch from "" starts with the current
-	// Session as an ADDED event.
+	// gets a 410 Expired event. A watch from "" starts with the current
+	// Session as an ADDED event; one from a version older than the current
+	// one starts with the current Session as a MODIFIED event (the fake
+	// keeps only the latest version: the changes since, in one).
 	oldestWatchable int
 }
 
@@ -82,23 +86,43 @@ func (f *fakeSession) Get(context.Context) (*lullv1.Session, error) {
 	return f.session.DeepCopy(), nil
 }
 
-func (f *fakeSession) Watch(_ context.Context, rv string) (watch.Interface, error) {
+func (f *fakeSession) Watch(_ context.Context, rv string, timeout time.Duration) (watch.Interface, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	w := watch.NewRaceFreeFake()
 	f.watchRVs = append(f.watchRVs, rv)
-	if f.oldestWatchable > 0 {
-		if n, _ := strconv.Atoi(rv); rv != "" && n < f.oldestWatchable {
-			status := apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %s (%d)", rv, f.oldestWatchable)).ErrStatus
-			w.Error(&status)
-			return w, nil
-		}
-		if rv == "" {
-			w.Add(f.session.DeepCopy())
-		}
+	f.watchTimeouts = append(f.watchTimeouts, timeout)
+	n, _ := strconv.Atoi(rv)
+	switch {
+	case rv != "" && f.oldestWatchable > 0 && n < f.oldestWatchable:
+		status := apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %s (%d)", rv, f.oldestWatchable)).ErrStatus
+		w.Error(&status)
+		return w, nil
+	case rv == "":
+		w.Add(f.session.DeepCopy())
+	case n < f.rv && !f.deaf:
+		w.Modify(f.session.DeepCopy())
 	}
 	f.watchers = append(f.watchers, w)
 	return w, nil
+}
+
+// bookmark sends a bookmark at the latest version (f.rv: other objects
+// may have moved it past the Session's) to the open watches.
+func (f *fakeSession) bookmark() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, w := range f.watchers {
+		w.Action(watch.Bookmark, &lullv1.Session{ObjectMeta: metav1.ObjectMeta{ResourceVersion: strconv.Itoa(f.rv)}})
+	}
+}
+
+// requests returns how many API requests the runtime has made: reads,
+// watches and status patches (those refused included).
+func (f *fakeSession) requests() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.gets + len(f.watchRVs) + len(f.preconditions)
 }
 
 func (f *fakeSession) PatchStatus(_ context.Context, patch []byte, resourceVersion string) (string, error) {

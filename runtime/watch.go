@@ -7,6 +7,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -125,84 +126,181 @@ func (r *Runtime) getSession(ctx context.Context, b *backoff) *lullv1.Session {
 }
 
 // watch follows the Session until ctx is done, starting from s (already
-// applied). Whenever a watch ends it reads the Session again and watches
-// from there, so no change is missed; it never lists.
+// applied). It keeps the last resourceVersion a watch delivered (in an event
+// or a bookmark) and, whenever a watch ends, watches again from there, so
+// no change is missed and nothing is read again: an idle runtime costs one
+// watch request per 30 to 60 minutes. It reads the Session again (Get) only
+// once it was deleted, and watches from the current state only when its
+// version is too old to watch from. It never lists.
 func (r *Runtime) watch(ctx context.Context, s *lullv1.Session) {
 	b := newReadBackoff()
+	rv := s.ResourceVersion
 	for {
-		if s == nil {
+		timeout := watchTimeout()
+		started := time.Now()
+		last, err := r.follow(ctx, rv, timeout)
+		if ctx.Err() != nil {
+			return
+		}
+		if last != "" {
+			rv = last
+		}
+		step := afterWatch(err, time.Since(started), timeout)
+		var pause time.Duration
+		switch step.pause {
+		case pauseSpread:
+			b.reset()
+			pause = spread(reconnectSpread)
+		case pauseBackoff:
+			pause = b.step()
+		default:
+			b.reset()
+		}
+		switch {
+		case step.pause == pauseBackoff:
+			r.log.Error("watching session failed; watching again", "err", err, "resourceVersion", rv, "retryIn", pause.Round(time.Millisecond))
+		case step.from == fromNow:
+			r.log.Info("session version too old to watch from; watching from the current state", "resourceVersion", rv, "err", err)
+		}
+		if !sleep(ctx, pause) {
+			return
+		}
+		switch step.from {
+		case fromNow:
+			rv = ""
+		case fromRead:
 			if s = r.getSession(ctx, b); s == nil {
 				return
 			}
 			r.apply(s)
-		}
-		started := time.Now()
-		err := r.follow(ctx, s.ResourceVersion)
-		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-			// The Session's version is older than the API server's watch
-			// window (a restarted API server starts its window at the
-			// current revision, and a Session not written since is older).
-			// Reading again gives the same version: watch from now, the
-			// server sending the current Session first.
-			r.log.Info("session version too old to watch from; watching from the current state", "resourceVersion", s.ResourceVersion)
-			err = r.follow(ctx, "")
-		}
-		s = nil
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil && time.Since(started) >= minWatchLife {
-			// A watch the server ended. When it ends for every runtime at
-			// once (an API server restart), reading again at once would be
-			// a synchronized burst: spread the reads over a second.
-			b.reset()
-			if !sleep(ctx, spread(time.Second)) {
-				return
-			}
-			continue
-		}
-		if err == nil {
-			err = errors.New("watch closed at once")
-		}
-		d := b.step()
-		r.log.Error("watching session failed; reading it again", "err", err, "retryIn", d.Round(time.Millisecond))
-		if !sleep(ctx, d) {
-			return
+			rv = s.ResourceVersion
 		}
 	}
 }
 
-// follow applies the events of one watch from resourceVersion. It returns
-// nil when the watch closes or ctx is done, and an error for a failed watch.
-func (r *Runtime) follow(ctx context.Context, resourceVersion string) error {
-	w, err := r.api.Watch(ctx, resourceVersion)
+// The watch timeout bounds and the spread of reconnects. A watch lives 30
+// to 60 minutes, chosen at random for each watch so that the watches of a
+// fleet end at different moments: an idle runtime sends 4/3 watch requests
+// an hour on average and nothing else. A watch that ends before its
+// timeout ended for every runtime at once, most likely (an API server
+// restart, a load balancer dropping connections): the runtimes resume
+// spread uniformly over reconnectSpread, 1,000 a second at 5,000 runtimes,
+// and since each resumes from its own last version, none reads.
+const (
+	minWatchTimeout = 30 * time.Minute
+	maxWatchTimeout = 60 * time.Minute
+	reconnectSpread = 5 * time.Second
+)
+
+// watchTimeout returns a timeout uniform in [minWatchTimeout,
+// maxWatchTimeout), in whole seconds.
+func watchTimeout() time.Duration {
+	return (minWatchTimeout + spread(maxWatchTimeout-minWatchTimeout)).Truncate(time.Second)
+}
+
+// watchFrom says where the next watch starts.
+type watchFrom int
+
+const (
+	// fromLast: the last resourceVersion a watch delivered.
+	fromLast watchFrom = iota
+	// fromNow: the current state ("" : the server sends the Session first).
+	fromNow
+	// fromRead: the version a new Get returns.
+	fromRead
+)
+
+// watchPause says how long to wait before the next watch.
+type watchPause int
+
+const (
+	// pauseNone: at once.
+	pauseNone watchPause = iota
+	// pauseSpread: a random moment within reconnectSpread.
+	pauseSpread
+	// pauseBackoff: the next step of the read backoff (exponential, with
+	// jitter, up to 10 s).
+	pauseBackoff
+)
+
+// watchStep is what to do once a watch has ended.
+type watchStep struct {
+	from  watchFrom
+	pause watchPause
+}
+
+// afterWatch decides the next watch, given how the last one ended (err,
+// nil if the server closed it), how long it lived and the timeout it asked
+// for:
+//
+//   - the Session was deleted: read it again (it may be created again),
+//     after the backoff;
+//   - its version is too old to watch from (410 Gone or Expired, after an
+//     API server restart) or newer than the server has (too large): watch
+//     from the current state, at once;
+//   - any other error (the watch request failed, an error event): from the
+//     last version, after the backoff;
+//   - closed within minWatchLife: as an error (a server closing every
+//     watch at once must not drive a hot loop);
+//   - closed at its timeout: from the last version, at once (timeouts are
+//     random, so a fleet's do not come together);
+//   - closed before its timeout (a restart, a dropped connection, most
+//     likely for the whole fleet at once): from the last version, at a
+//     random moment within reconnectSpread.
+func afterWatch(err error, lived, timeout time.Duration) watchStep {
+	switch {
+	case errors.Is(err, errSessionDeleted):
+		return watchStep{from: fromRead, pause: pauseBackoff}
+	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge):
+		return watchStep{from: fromNow, pause: pauseNone}
+	case err != nil, lived < minWatchLife:
+		return watchStep{from: fromLast, pause: pauseBackoff}
+	case lived >= timeout:
+		return watchStep{from: fromLast, pause: pauseNone}
+	}
+	return watchStep{from: fromLast, pause: pauseSpread}
+}
+
+// follow applies the events of one watch from resourceVersion, and returns
+// the last resourceVersion it delivered (in an event or a bookmark; "" if
+// none) and nil when the watch closes or ctx is done, or an error for a
+// failed watch.
+func (r *Runtime) follow(ctx context.Context, resourceVersion string, timeout time.Duration) (string, error) {
+	w, err := r.api.Watch(ctx, resourceVersion, timeout)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer w.Stop()
+	last := ""
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return last, nil
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return nil
+				return last, nil
 			}
 			switch ev.Type {
 			case watch.Added, watch.Modified:
 				s, ok := ev.Object.(*lullv1.Session)
 				if !ok {
-					return fmt.Errorf("watch sent a %T, want a Session", ev.Object)
+					return last, fmt.Errorf("watch sent a %T, want a Session", ev.Object)
 				}
 				if s.Name == r.cfg.SessionName && s.Namespace == r.cfg.SessionNamespace {
 					r.apply(s)
+					last = s.ResourceVersion
+				}
+			case watch.Bookmark:
+				// Only the resourceVersion is set: where to resume.
+				if s, ok := ev.Object.(*lullv1.Session); ok && s.ResourceVersion != "" {
+					last = s.ResourceVersion
 				}
 			case watch.Deleted:
 				if s, ok := ev.Object.(*lullv1.Session); ok && s.Name == r.cfg.SessionName {
-					return errSessionDeleted
+					return "", errSessionDeleted
 				}
 			case watch.Error:
-				return apierrors.FromObject(ev.Object)
+				return last, apierrors.FromObject(ev.Object)
 			}
 		}
 	}

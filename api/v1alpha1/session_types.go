@@ -193,11 +193,11 @@ type RuntimeReport struct {
 	// +optional
 	ReportedAt *metav1.Time `json:"reportedAt,omitempty"`
 
-	// RefreshSeconds is how often the runtime rewrites its report even when
-	// nothing changed. A report the API server has not seen rewritten for
-	// twice that plus 10 seconds is stale: the session shows Active=Unknown,
-	// reason RuntimeNotReporting, and is never culled for idleness. 0 (an
-	// older runtime) means freshness cannot be judged: never culled.
+	// RefreshSeconds is the longest the runtime leaves a change of its turn
+	// count or activity unwritten (it writes nothing while nothing
+	// changes): the granularity of activity the idle policy sees, so a
+	// session is culled no sooner than this after its idle limit. 0 (an
+	// older runtime) means activity cannot be bounded: never culled.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=3600

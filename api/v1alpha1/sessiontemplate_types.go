@@ -164,11 +164,14 @@ type AgentSpec struct {
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 
-	// ReportRefresh is how often the agent rewrites the runtime's report
-	// even when nothing changed (`lull agent --report-refresh`); the
-	// controller deems a report stale after twice that plus 10 s and then
-	// never culls the session. Omitted: 60s. Shorter finds a hung runtime
-	// sooner and costs one status write per session per refresh.
+	// ReportRefresh is the longest the agent leaves a change of the
+	// runtime's turn count or activity unwritten in its report (`lull
+	// agent --report-refresh`): such changes are written at most once per
+	// refresh, nothing is written while nothing changes, and a drain state
+	// is written at once. It is the granularity of activity the idle
+	// policy sees: a session is culled no sooner than this after its idle
+	// limit. Omitted: 60s. Shorter shows activity sooner and costs up to
+	// one status write per busy session per refresh.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('1h')",message="spec.agent.reportRefresh must be between 1s and 1h"
 	// +kubebuilder:validation:XValidation:rule="self.matches('^-?([0-9]+([.][0-9]*)?(ns|us|µs|ms|s|m|h))+$')",message="spec.agent.reportRefresh must be a duration such as 90s, 30m or 24h (units ns, us, ms, s, m, h; no d)"

@@ -124,7 +124,7 @@ func flagSet(opts *Options, reportRefresh *time.Duration, getenv func(string) st
 		def = d
 	}
 	fs.DurationVar(reportRefresh, "report-refresh", def,
-		"how often the runtime's report is rewritten when nothing changed (1s to 1h); with the agent sidecar, the agent's flag applies; default from "+runtime.EnvReportRefresh)
+		"the longest a change of the runtime's turns or activity stays unwritten in its report (1s to 1h); with the agent sidecar, the agent's flag applies; default from "+runtime.EnvReportRefresh)
 	return fs
 }
 

@@ -49,10 +49,11 @@ container (by default at /var/run/lull): an emptyDir outlives a container
 restart but not the pod. If the file exists but cannot be read, the agent
 does not start; the error says how to recover.
 
-The agent rewrites the runtime's report every --report-refresh even when
-nothing changed: the controller judges a report it has not seen rewritten
-for twice that plus 10 seconds stale, and never culls an idle session on a
-stale report. Only turns (begun, ended, or attempted while the session is
+The agent writes the runtime's report only when it changes: a new drain
+state at once, turn counts and activity at most once per --report-refresh
+(the longest a change stays unwritten, and the granularity of activity the
+idle policy sees). An idle agent makes no API request after its first
+report but one watch request every 30 to 60 minutes. Only turns (begun, ended, or attempted while the session is
 being drained for inactivity) and POST /v1/activity count as activity;
 reads, streams and health checks never do.
 
@@ -86,6 +87,6 @@ through KUBECONFIG if set, else the pod's service account.`,
 	cmd.Flags().StringVar(&stateFile, "state-file", defaultStateFile,
 		"file the agent keeps its turns in, on a volume that outlives the agent's container (an emptyDir); default from "+agent.EnvStateFile)
 	addReportRefreshFlag(cmd.Flags(), &reportRefresh,
-		"how often the runtime's report is rewritten when nothing changed (1s to 1h)")
+		"the longest a change of the runtime's turns or activity stays unwritten in its report (1s to 1h); nothing is written while nothing changes")
 	return cmd
 }

@@ -10,8 +10,8 @@ import (
 	"lull.dev/lull/runtime"
 )
 
-// addReportRefreshFlag adds --report-refresh, how often the runtime's
-// report is rewritten when nothing changed (runtime.Config.ReportRefresh),
+// addReportRefreshFlag adds --report-refresh, the longest a change of the
+// runtime's activity stays unwritten (runtime.Config.ReportRefresh),
 // to fs. Its default is $LULL_REPORT_REFRESH when that is a duration within
 // bounds, else runtime.DefaultReportRefresh; a bad LULL_REPORT_REFRESH is
 // left for runtime.ConfigFromEnv to name.
