@@ -5,12 +5,23 @@
 // its inputs; package rollout turns the judgement into drain steps.
 //
 // The culler fails safe, learning from JupyterHub's idle culler and its
-// known misfires: only a fresh report of the current pod's runtime that no
+// known misfires: only a report of the current pod's own runtime that no
 // turn is active makes a session idle (unknown is never idle); only real
 // work moves the idle clock (turns and the runtime's Bump, never probes or
 // lull's own reads); a lastActivity in the future counts as the moment it
 // was first seen, not as activity forever; a new pod starts a new clock; and
 // an omitted or zero limit means never, with no default injected.
+//
+// The age of a report is not judged: a runtime writes only when what it
+// reports changes (activity coalesced over its refreshSeconds), so an old
+// report of an idle runtime is a true one. Nor does culling need it to be
+// young: a cull is a drain request (reason Idle) that commits only on a
+// Drained report answering that very request, which only a live runtime
+// that has sealed its gate writes; a runtime that is dead or cannot write
+// never answers, and one in a turn refuses (it reports activity at once).
+// What a report cannot tell is activity of the last refreshSeconds, not
+// yet written: so the cull comes refreshSeconds after the idle limit, when
+// any activity before the limit has been written.
 package lifecycle
 
 import (
@@ -53,30 +64,32 @@ func positive(d *metav1.Duration) time.Duration {
 	return d.Duration
 }
 
-// StaleSlack is added to twice a runtime's refresh interval to give the
-// time after which its report is stale: a rewrite may be retried with
-// backoff (up to 10 s) before it lands.
-const StaleSlack = 10 * time.Second
-
-// StaleAfter is how long after the API server last saw a report rewritten
-// that report is stale, for a runtime that rewrites it every refresh.
-func StaleAfter(refresh time.Duration) time.Duration { return 2*refresh + StaleSlack }
+// FirstReportGrace is how long after the current pod became ready its
+// runtime may go without a report of its own before the session shows
+// NotReporting. A runtime writes its first report at once when it starts;
+// the grace covers a slow API server, so that every new pod does not
+// raise a warning.
+const FirstReportGrace = 30 * time.Second
 
 // State is what the controller knows of a session's activity.
 type State string
 
 // The states.
 const (
-	// NoReport: the current pod's runtime has not reported.
+	// NoReport: the current pod's runtime has not reported yet: the pod
+	// is not ready, or became ready less than FirstReportGrace ago.
 	NoReport State = "NoReport"
-	// NotReporting: the report is older than its refresh bound.
+	// NotReporting: the current pod has been ready for FirstReportGrace
+	// and its runtime has no report of its own (none, or status.runtime
+	// names another pod): it cannot write (its RBAC, a webhook), is gone,
+	// or its report was overwritten. Never culled.
 	NotReporting State = "NotReporting"
-	// Unjudged: the runtime declares no refresh interval, so the
-	// freshness of its report cannot be judged: never culled.
+	// Unjudged: the runtime declares no refresh bound, so how late its
+	// activity is written cannot be bounded: never culled.
 	Unjudged State = "Unjudged"
-	// Active: a fresh report says turns are active.
+	// Active: the report says turns are active.
 	Active State = "Active"
-	// Idle: a fresh report says no turn is active.
+	// Idle: the report says no turn is active.
 	Idle State = "Idle"
 	// Suspended: the session is suspended and its pod gone.
 	Suspended State = "Suspended"
@@ -91,8 +104,9 @@ type Observed struct {
 	Pod *corev1.Pod
 	// ReportWrittenAt is when the API server last saw status.runtime
 	// written (the time of the managed-fields entry that owns it); zero if
-	// unknown, when the report's own reportedAt (no later than Now) is
-	// used.
+	// unknown. Against the report's own reportedAt it shows how far the
+	// runtime's clock is off (see serverTime); it is not a freshness
+	// check.
 	ReportWrittenAt time.Time
 	// Woken: the session's user asked to keep it (lull.dev/keep-alive
 	// naming the outstanding Idle request): activity now.
@@ -105,8 +119,10 @@ type Judgement struct {
 	// Status is what status.lifecycle must hold; nil when there is nothing
 	// to say (no policy and no idle clock).
 	Status *lullv1.LifecycleStatus
-	// StaleAt is when the current report goes stale, zero if it cannot.
-	StaleAt time.Time
+	// ReportDue is, while the current pod's runtime has no report of its
+	// own and the pod is ready, when it became (NotReporting) or becomes
+	// (NoReport) NotReporting; zero otherwise.
+	ReportDue time.Time
 	// CullDue: Status.CullAt has come; CullAction says what to do.
 	CullDue bool
 	// LifetimeDue: the pod has reached its maximum lifetime.
@@ -141,9 +157,9 @@ func Judge(o Observed) Judgement {
 	case !running:
 		j.State = NoReport
 	default:
-		j.State, j.StaleAt = report(o)
+		j.State, j.ReportDue = report(o)
 		st.IdlePodUID = pod.UID
-		if j.State == NoReport {
+		if j.State == NoReport || j.State == NotReporting {
 			// Until the pod's runtime reports, the clock of the pod
 			// judged last is kept: the first report starts this pod's.
 			st.IdlePodUID = prev.IdlePodUID
@@ -160,6 +176,11 @@ func Judge(o Observed) Judgement {
 
 	if st.IdleSince != nil && (j.State == Idle || j.State == Suspended) {
 		since := st.IdleSince.Time
+		if j.State == Idle {
+			// Activity of the last refreshSeconds may not be written yet:
+			// wait until any before the limit must have been.
+			since = since.Add(time.Duration(s.Status.Runtime.RefreshSeconds) * time.Second)
+		}
 		switch {
 		case j.State == Idle && !s.Spec.Suspend && o.Policy.SuspendAfter > 0:
 			st.CullAction, st.CullAt = lullv1.IdleSuspend, stamp(since.Add(o.Policy.SuspendAfter))
@@ -174,8 +195,8 @@ func Judge(o Observed) Judgement {
 			j.NextCheck = t.Time
 		}
 	}
-	if !j.StaleAt.IsZero() && j.StaleAt.After(now) && (j.NextCheck.IsZero() || j.StaleAt.Before(j.NextCheck)) {
-		j.NextCheck = j.StaleAt
+	if !j.ReportDue.IsZero() && j.ReportDue.After(now) && (j.NextCheck.IsZero() || j.ReportDue.Before(j.NextCheck)) {
+		j.NextCheck = j.ReportDue
 	}
 	if *st != (lullv1.LifecycleStatus{}) {
 		j.Status = st
@@ -183,35 +204,42 @@ func Judge(o Observed) Judgement {
 	return j
 }
 
-// report judges the runtime report of the running pod: its state and when
-// it goes stale.
+// report judges the runtime report of the running pod: its state and, for
+// a pod with no report of its own, when it is due (see
+// Judgement.ReportDue). The report's age does not count (see the package
+// doc).
 func report(o Observed) (State, time.Time) {
 	r, pod := o.Session.Status.Runtime, o.Pod
 	switch {
 	case r == nil || r.PodUID != pod.UID:
-		return NoReport, time.Time{}
-	case r.RefreshSeconds <= 0:
-		if r.ActiveTurns > 0 {
-			return Active, time.Time{}
+		ready := readySince(pod)
+		if ready.IsZero() {
+			return NoReport, time.Time{}
 		}
+		due := ready.Add(FirstReportGrace)
+		if o.Now.Before(due) {
+			return NoReport, due
+		}
+		return NotReporting, due
+	case r.ActiveTurns > 0:
+		return Active, time.Time{}
+	case r.RefreshSeconds <= 0:
 		return Unjudged, time.Time{}
 	}
-	written := o.ReportWrittenAt
-	if written.IsZero() && r.ReportedAt != nil {
-		written = r.ReportedAt.Time
+	return Idle, time.Time{}
+}
+
+// readySince returns when pod last became ready, zero if it is not.
+func readySince(pod *corev1.Pod) time.Time {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			if c.LastTransitionTime.IsZero() {
+				return pod.CreationTimestamp.Time
+			}
+			return c.LastTransitionTime.Time
+		}
 	}
-	if written.After(o.Now) {
-		// A runtime's clock ahead of ours must not keep its report fresh.
-		written = o.Now
-	}
-	staleAt := written.Add(StaleAfter(time.Duration(r.RefreshSeconds) * time.Second))
-	switch {
-	case written.IsZero() || !o.Now.Before(staleAt):
-		return NotReporting, staleAt
-	case r.ActiveTurns > 0:
-		return Active, staleAt
-	}
-	return Idle, staleAt
+	return time.Time{}
 }
 
 // idleSince returns since when an idle running session has been idle,
@@ -232,7 +260,7 @@ func idleSince(o Observed, prev *lullv1.LifecycleStatus) *metav1.Time {
 		// runtime says about before (a previous pod's activity included).
 		return stamp(now)
 	case prev.IdleSince == nil:
-		// First seen idle after being active or not reporting: the clock
+		// First seen idle after being active or without a report: the clock
 		// starts now, not at a lastActivity that may be long past (a
 		// leased turn whose client vanished ends by expiry, which is not
 		// activity): a session is culled no sooner than the limit after it

@@ -60,8 +60,8 @@ func TestIdleClockFollowsActivityAndCullsAfterTheLimit(t *testing.T) {
 	if j.State != Idle || !j.Status.IdleSince.Equal(at(-10*time.Minute)) || !j.CullDue || j.Status.CullAction != lullv1.IdleSuspend {
 		t.Fatalf("idle for 10m with suspendAfter 5m: %+v %+v; want Idle since the last activity, Suspend due", j, j.Status)
 	}
-	if !j.Status.CullAt.Equal(at(-5 * time.Minute)) {
-		t.Errorf("cullAt = %v, want idleSince + 5m", j.Status.CullAt)
+	if !j.Status.CullAt.Equal(at(-5*time.Minute + 10*time.Second)) {
+		t.Errorf("cullAt = %v, want idleSince + 5m + the report's 10s refresh bound", j.Status.CullAt)
 	}
 }
 
@@ -93,26 +93,74 @@ func TestFutureLastActivityCountsAsFirstSeenAndHolds(t *testing.T) {
 	}
 }
 
-func TestStaleReportIsNotIdle(t *testing.T) {
+// A report is not judged by its age: a runtime writes only when what it
+// reports changes, so an idle runtime's report of an hour ago is true, and
+// the session is culled on it (the cull is a drain that only a live
+// runtime answers). The cull waits out the report's refresh bound past the
+// limit: activity of the last refresh may not be written yet.
+func TestOldReportOfAnIdleRuntimeIsIdle(t *testing.T) {
 	s := session(0, at(-time.Hour))
 	s.Status.Lifecycle = &lullv1.LifecycleStatus{IdlePodUID: "p1", IdleSince: at(-time.Hour), IdleActivity: at(-time.Hour)}
-	// Refresh 10 s: stale 30 s after the last write the API server saw.
-	j := judge(s, pod("p1", -2*time.Hour), 0, -31*time.Second, suspend5m)
-	if j.State != NotReporting || j.CullDue || j.Status.IdleSince != nil {
-		t.Fatalf("report last written 31s ago (refresh 10s): %+v %+v; want NotReporting, no idle clock, no cull", j, j.Status)
+	j := judge(s, pod("p1", -2*time.Hour), 0, -time.Hour, suspend5m)
+	if j.State != Idle || !j.CullDue || !j.Status.IdleSince.Equal(at(-time.Hour)) {
+		t.Fatalf("report last written an hour ago, idle since: %+v %+v; want Idle, cull due", j, j.Status)
 	}
-	fresh := judge(s, pod("p1", -2*time.Hour), 0, -29*time.Second, suspend5m)
-	if fresh.State != Idle || !fresh.StaleAt.Equal(t0.Add(time.Second)) || !fresh.NextCheck.Equal(t0.Add(time.Second)) {
-		t.Fatalf("written 29s ago: %+v; want Idle, stale (and looked at again) in 1s", fresh)
+	s.Status.Lifecycle = &lullv1.LifecycleStatus{IdlePodUID: "p1", IdleSince: at(-5 * time.Minute), IdleActivity: at(-time.Hour)}
+	j = judge(s, pod("p1", -2*time.Hour), 0, -time.Hour, suspend5m)
+	if j.CullDue || !j.Status.CullAt.Equal(at(10*time.Second)) || !j.NextCheck.Equal(t0.Add(10*time.Second)) {
+		t.Fatalf("idle exactly 5m, refresh 10s: %+v %+v; want the cull 10s later, looked at again then", j, j.Status)
 	}
 }
 
-func TestRuntimeClockAheadCannotKeepAReportFresh(t *testing.T) {
-	s := session(0, at(-time.Hour))
-	s.Status.Runtime.ReportedAt = at(time.Hour) // no managed-fields time: reportedAt is used, capped at now
-	j := Judge(Observed{Now: t0, Policy: suspend5m, Session: s, Pod: pod("p1", -2*time.Hour)})
-	if j.State != Idle || !j.StaleAt.Equal(t0.Add(30*time.Second)) {
-		t.Fatalf("reportedAt an hour ahead: %+v; want stale 30s after now at the latest", j)
+// ready returns pod uid, created at created and ready since readyAt.
+func ready(uid types.UID, created, readyAt time.Duration) *corev1.Pod {
+	p := pod(uid, created)
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: *at(readyAt)}}
+	return p
+}
+
+// A current pod with no report of its own (none, or status.runtime names
+// another pod) is NoReport while its runtime may still be starting, then
+// NotReporting: never idle, never culled, the previous clock kept.
+func TestPodWithoutAReportOfItsOwn(t *testing.T) {
+	s := session(0, at(-time.Hour)) // pod p1's report
+	s.Status.Lifecycle = &lullv1.LifecycleStatus{IdlePodUID: "p1", IdleSince: at(-time.Hour), IdleActivity: at(-time.Hour)}
+	for _, tc := range []struct {
+		name    string
+		pod     *corev1.Pod
+		want    State
+		due     time.Time
+		nextDue bool
+	}{
+		{"not ready", pod("p2", -time.Hour), NoReport, time.Time{}, false},
+		{"ready 10s ago", ready("p2", -time.Minute, -10*time.Second), NoReport, t0.Add(20 * time.Second), true},
+		{"ready 31s ago", ready("p2", -time.Minute, -31*time.Second), NotReporting, t0.Add(-time.Second), false},
+	} {
+		j := judge(s, tc.pod, 0, -time.Hour, suspend5m)
+		if j.State != tc.want || !j.ReportDue.Equal(tc.due) || j.CullDue || j.Status.IdleSince != nil || j.Status.IdlePodUID != "p1" {
+			t.Errorf("%s: %+v %+v; want %s, report due %v, no idle clock, p1's clock kept", tc.name, j, j.Status, tc.want, tc.due)
+		}
+		if tc.nextDue && !j.NextCheck.Equal(tc.due) {
+			t.Errorf("%s: next check %v; want it when the report is due, %v", tc.name, j.NextCheck, tc.due)
+		}
+	}
+	s.Status.Runtime = nil
+	if j := judge(s, ready("p1", -time.Hour, -time.Minute), 0, 0, suspend5m); j.State != NotReporting || j.CullDue {
+		t.Errorf("no report at all, ready a minute: %+v; want NotReporting, no cull", j)
+	}
+}
+
+// A runtime clock ahead of the API server's does not postpone the cull:
+// its lastActivity is shifted back by the skew its reportedAt shows.
+func TestRuntimeClockAheadDoesNotPostponeTheCull(t *testing.T) {
+	s := session(0, nil)
+	s.Status.Lifecycle = &lullv1.LifecycleStatus{IdlePodUID: "p1", IdleSince: at(-12 * time.Minute), IdleActivity: at(-12 * time.Minute)}
+	// Activity ten minutes ago, stamped by a clock an hour ahead.
+	s.Status.Runtime.LastActivity = at(-10*time.Minute + time.Hour)
+	s.Status.Runtime.ReportedAt = at(-10*time.Minute + time.Hour)
+	j := judge(s, pod("p1", -2*time.Hour), 0, -10*time.Minute, suspend5m)
+	if j.State != Idle || !j.Status.IdleSince.Equal(at(-10*time.Minute)) || !j.CullDue {
+		t.Fatalf("runtime clock an hour ahead: %+v due=%v; want idle since 10m ago, cull due", j.Status, j.CullDue)
 	}
 }
 

@@ -42,7 +42,7 @@ type Observed struct {
 	// Lifecycle is the session's idle policy and maximum lifetime.
 	Lifecycle lifecycle.Policy
 	// ReportWrittenAt is when the API server last saw status.runtime
-	// written; see lifecycle.Observed.
+	// written (it shows the runtime's clock skew); see lifecycle.Observed.
 	ReportWrittenAt time.Time
 	// PendingClaims describes, one line each, the session's
 	// PersistentVolumeClaims that keep its pod from starting (not created
@@ -117,8 +117,9 @@ const (
 	// ReasonLifetime: the pod has reached the template's maxLifetime; it
 	// is drained (reason Lifetime) and replaced.
 	ReasonLifetime = "Lifetime"
-	// ReasonRuntimeNotReporting: the runtime's report is older than its
-	// refresh bound (Active condition); the session is never culled.
+	// ReasonRuntimeNotReporting: the current pod has been ready for
+	// lifecycle.FirstReportGrace and its runtime has no report of its own
+	// (Active condition); the session is never culled.
 	ReasonRuntimeNotReporting = "RuntimeNotReporting"
 	ReasonDraining            = "Draining"
 	ReasonDrained             = "Drained"

@@ -75,16 +75,6 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 				d := metav1.NewTime(deadlineAfter(o.Now, o.Policy.DrainTimeout.Duration))
 				cur.Deadline = &d
 			}
-			if !canAnswer(j.State) && (cur.Deadline == nil || o.Policy.OnDrainTimeout != lullv1.DrainTimeoutReplace) {
-				// The runtime stopped reporting: it cannot answer, and no
-				// deadline will replace the pod. The request is withdrawn,
-				// releasing its place in the wave, as a lifetime drain is
-				// not started for such a runtime; it is issued again once
-				// the runtime reports.
-				return Action{Kind: Wait, Reason: ReasonLifetime,
-					Message: fmt.Sprintf("pod %s reached its maximum lifetime at %s; its runtime stopped reporting, so lifetime drain %s is withdrawn until it reports again",
-						pod.Name, j.Status.LifetimeDeadline.UTC().Format(time.RFC3339), cur.RequestID)}, true
-			}
 			a := Action{Kind: Wait, Reason: ReasonLifetime, Drain: cur,
 				Message: fmt.Sprintf("pod %s reached its maximum lifetime at %s; waiting for its runtime to drain (request %s)", pod.Name, j.Status.LifetimeDeadline.UTC().Format(time.RFC3339), cur.RequestID)}
 			if cur.Deadline != nil {
@@ -110,10 +100,13 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 	case j.LifetimeDue && (!stale || o.Policy.Strategy == lullv1.UpdateStrategyPassive):
 		deadline := j.Status.LifetimeDeadline.UTC().Format(time.RFC3339)
 		if !canAnswer(j.State) {
-			// A runtime that has not reported, or whose report is stale,
-			// could not answer the drain: it would hold a place in the wave
-			// and starve every other lifetime restart. It waits until it
-			// reports again.
+			// A pod whose runtime has no report of its own could not
+			// answer the drain: it would hold a place in the wave and
+			// starve every other lifetime restart. It waits until its
+			// runtime reports. A drain once started is not withdrawn when
+			// the runtime goes silent (its report is not rewritten unless
+			// it changes, so silence says nothing): the template's
+			// drainTimeout and onDrainTimeout bound it.
 			return Action{Kind: Wait, Reason: ReasonLifetime,
 				Message: fmt.Sprintf("pod %s reached its maximum lifetime at %s; waiting for its runtime to report before draining it", pod.Name, deadline)}, true
 		}
@@ -140,8 +133,8 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 // idleDrain is the step of a session with an Idle drain request for its
 // pod that is not committed: commit once the runtime answers Drained while
 // the session is still due for its cull; withdraw the request as soon as it
-// is not (a turn began, the runtime reported activity or stopped
-// reporting, its user resumed it, the policy changed).
+// is not (a turn began, the runtime reported activity, its report was
+// lost, its user resumed it, the policy changed).
 func idleDrain(o Observed, j lifecycle.Judgement) Action {
 	s, pod, cur := o.Session, o.Pod, o.Session.Status.Drain
 	if !j.CullDue {
@@ -209,8 +202,10 @@ func woke(o Observed, j lifecycle.Judgement) string {
 		return "its user resumed it (" + lullv1.AnnotationKeepAlive + ")"
 	case j.State == lifecycle.Active:
 		return fmt.Sprintf("%d turn(s) active", r.ActiveTurns)
-	case j.State == lifecycle.NotReporting || j.State == lifecycle.NoReport || j.State == lifecycle.Unjudged:
-		return "its runtime is not reporting, so it cannot be judged idle"
+	case j.State == lifecycle.NotReporting || j.State == lifecycle.NoReport:
+		return "its runtime has no report of its own, so it cannot be judged idle"
+	case j.State == lifecycle.Unjudged:
+		return "its runtime declares no report refresh bound, so it cannot be judged idle"
 	case j.Status == nil || j.Status.CullAt == nil:
 		return "the idle policy no longer culls it"
 	}
@@ -218,8 +213,7 @@ func woke(o Observed, j lifecycle.Judgement) string {
 }
 
 // canAnswer reports whether a runtime in lifecycle state st can answer a
-// drain request: it reports, and its report is fresh (or its freshness
-// cannot be judged).
+// drain request: the current pod's runtime has a report of its own.
 func canAnswer(st lifecycle.State) bool {
 	return st == lifecycle.Active || st == lifecycle.Idle || st == lifecycle.Unjudged
 }

@@ -78,9 +78,10 @@ func TestStaleSessionInAnIdleDrainGetsItsPlaceForAnUpdateWithADeadline(t *testin
 	})
 }
 
-// "A runtime that is not reporting is not drained for its lifetime until it
-// reports again: it could not answer, and would hold its place in the wave
-// from every other session." The wave must not give it that place either:
+// "A pod whose runtime has no report of its own is not drained for its
+// lifetime until it reports: it could not answer, and would hold its place
+// in the wave from every other session." The wave must not give it that
+// place either:
 // an admission it never takes up lapses after UnusedAdmissionTTL, and it
 // is admitted again, first (its last report said no turn), ahead of every
 // session that could restart.
@@ -93,7 +94,7 @@ func TestNotReportingSessionDoesNotHoldTheLifetimeWave(t *testing.T) {
 		f.o.Session.Status.PodUID = podUID
 		f.o.Admitted = false
 		if !reporting {
-			f.o.ReportWrittenAt = now.Add(-time.Hour)
+			withoutAReportOfItsOwn(f)
 		}
 		a := Decide(f.o)
 		if a.Kind != Wait || a.Drain != nil {
@@ -185,13 +186,11 @@ func TestDrainTimeoutSetDuringALifetimeDrainBoundsIt(t *testing.T) {
 	}
 }
 
-// "A runtime that is not reporting is not drained for its lifetime until it
-// reports again: it could not answer, and would hold its place in the wave
-// from every other session." The same holds for one that stops reporting
-// during its lifetime drain: unless the drain's deadline replaces the pod,
-// the request is withdrawn (its place released), and issued again, under a
-// new place, once the runtime reports.
-func TestLifetimeDrainOfARuntimeThatStopsReportingIsWithdrawn(t *testing.T) {
+// A lifetime drain is not withdrawn when its runtime goes silent: a
+// runtime writes nothing while nothing changes (a turn that runs on), so
+// silence says nothing of whether it can answer. The drain keeps its
+// place; the template's drainTimeout and onDrainTimeout bound it.
+func TestLifetimeDrainOfASilentRuntimeIsBoundByItsDeadline(t *testing.T) {
 	f := idleFixture()
 	f.o.Lifecycle = lifecycle.Policy{MaxLifetime: 30 * time.Minute}
 	f.o.Session.Status.Runtime.ActiveTurns = 1
@@ -200,15 +199,10 @@ func TestLifetimeDrainOfARuntimeThatStopsReportingIsWithdrawn(t *testing.T) {
 		t.Fatalf("lifetime due: %s/%s; want a Lifetime request", a.Kind, a.Reason)
 	}
 	outstanding(&f.o, a.Drain)
-	f.o.ReportWrittenAt = now.Add(-time.Hour) // it stopped reporting
-	a = Decide(f.o)
-	if a.Drain != nil {
-		t.Fatalf("lifetime drain of a runtime no longer reporting: %s/%s drain %+v; want it withdrawn, its place released", a.Kind, a.Reason, a.Drain)
-	}
-	s := written(f.o, a)
-	wave := PlanWave([]lullv1.WaveEntry{{Session: "s", Sequence: 1, AdmittedAt: metav1.NewTime(now.Add(-time.Minute))}}, []lullv1.Session{s}, 1, now, "")
-	if len(wave) != 0 {
-		t.Errorf("wave %+v; want the place released", wave)
+	f.o.ReportWrittenAt = now.Add(-time.Hour) // nothing written for an hour
+	f.o.Now = now.Add(time.Hour)
+	if a := Decide(f.o); a.Kind != Wait || a.Drain == nil || a.Drain.Reason != lullv1.DrainReasonLifetime {
+		t.Fatalf("lifetime drain, runtime silent for an hour, no deadline: %s/%s drain %+v; want it kept", a.Kind, a.Reason, a.Drain)
 	}
 	// With a deadline that replaces the pod, the drain is kept: the
 	// deadline bounds it.
@@ -220,6 +214,10 @@ func TestLifetimeDrainOfARuntimeThatStopsReportingIsWithdrawn(t *testing.T) {
 	outstanding(&f.o, a.Drain)
 	f.o.ReportWrittenAt = now.Add(-time.Hour)
 	if a := Decide(f.o); a.Drain == nil || a.Drain.Reason != lullv1.DrainReasonLifetime {
-		t.Errorf("lifetime drain with a Replace deadline, runtime not reporting: %s/%s; want it kept until its deadline", a.Kind, a.Reason)
+		t.Errorf("lifetime drain with a Replace deadline, runtime silent: %s/%s; want it kept until its deadline", a.Kind, a.Reason)
+	}
+	f.o.Now = now.Add(2 * time.Minute)
+	if a := Decide(f.o); a.Kind != DeletePod || a.Reason != ReasonDrainDeadlineExceeded {
+		t.Errorf("past the deadline, onDrainTimeout Replace, runtime silent: %s/%s; want DeletePod", a.Kind, a.Reason)
 	}
 }

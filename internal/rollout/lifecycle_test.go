@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 )
 
 // idleFixture is a current pod whose runtime has been idle for ten minutes
-// (judged idle before), under suspendAfter 5m, with a fresh report.
+// (judged idle before), under suspendAfter 5m, with its report.
 func idleFixture() *fixture {
 	f := newFixture()
 	f.o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] = newRev
@@ -28,6 +29,11 @@ func idleFixture() *fixture {
 	f.o.Lifecycle = lifecycle.Policy{SuspendAfter: 5 * time.Minute}
 	return f
 }
+
+// withoutAReportOfItsOwn makes status.runtime name another pod than the
+// fixture's, which has been ready for an hour: its runtime cannot write,
+// is gone, or its report was overwritten.
+func withoutAReportOfItsOwn(f *fixture) { f.o.Session.Status.Runtime.PodUID = "pod-gone" }
 
 func idleRequest(uid types.UID, seq int64) *lullv1.DrainRequest {
 	return &lullv1.DrainRequest{RequestID: drain.RequestID(uid, lullv1.DrainReasonIdle, seq), PodUID: uid, Reason: lullv1.DrainReasonIdle,
@@ -72,7 +78,7 @@ func TestActivityDuringIdleDrainWithdrawsIt(t *testing.T) {
 	for name, wake := range map[string]func(f *fixture){
 		"turn began": func(f *fixture) { f.o.Session.Status.Runtime.ActiveTurns = 1 },
 		"activity":   func(f *fixture) { f.o.Session.Status.Runtime.LastActivity = &metav1.Time{Time: now} },
-		"stale":      func(f *fixture) { f.o.ReportWrittenAt = now.Add(-time.Minute) },
+		"report lost": withoutAReportOfItsOwn,
 		"keep-alive": func(f *fixture) {
 			f.o.Session.Annotations = map[string]string{lullv1.AnnotationKeepAlive: f.o.Session.Status.Drain.RequestID}
 		},
@@ -88,7 +94,7 @@ func TestActivityDuringIdleDrainWithdrawsIt(t *testing.T) {
 			t.Errorf("%s during the idle drain: %s/%s drain %+v; want the request withdrawn", name, a.Kind, a.Reason, a.Drain)
 		}
 		st := NextStatus(f.o, a)
-		if st.Drain != nil || st.Lifecycle == nil && name != "stale" && name != "policy gone" {
+		if st.Drain != nil || st.Lifecycle == nil && name != "policy gone" {
 			t.Errorf("%s: status drain %+v lifecycle %+v", name, st.Drain, st.Lifecycle)
 		}
 	}
@@ -176,14 +182,31 @@ func TestPassiveStaleSessionConvergesThroughIdleCull(t *testing.T) {
 	}
 }
 
+// A current pod, ready for an hour, with no report of its own: never
+// culled, Active=Unknown RuntimeNotReporting, naming what status.runtime
+// holds.
 func TestNotReportingSetsActiveUnknown(t *testing.T) {
 	f := idleFixture()
-	f.o.ReportWrittenAt = now.Add(-10 * time.Minute)
+	withoutAReportOfItsOwn(f)
 	a := Decide(f.o)
 	st := NextStatus(f.o, a)
 	c := findCondition(st.Conditions, lullv1.ConditionActive)
-	if a.Kind != Wait || c == nil || c.Status != metav1.ConditionUnknown || c.Reason != ReasonRuntimeNotReporting {
-		t.Fatalf("report 10m old: %s/%s Active %+v; want no cull, Active=Unknown RuntimeNotReporting", a.Kind, a.Reason, c)
+	if a.Kind != Wait || a.Drain != nil || c == nil || c.Status != metav1.ConditionUnknown || c.Reason != ReasonRuntimeNotReporting ||
+		!strings.Contains(c.Message, "pod-gone") {
+		t.Fatalf("no report of its own: %s/%s Active %+v; want no cull, Active=Unknown RuntimeNotReporting naming the other pod's report", a.Kind, a.Reason, c)
+	}
+}
+
+// The age of a report does not count: an idle runtime writes nothing while
+// nothing changes, so its report of ten minutes ago is culled on (a cull
+// is a drain only a live runtime answers).
+func TestOldReportOfAnIdleRuntimeIsCulledOn(t *testing.T) {
+	f := idleFixture()
+	f.o.ReportWrittenAt = now.Add(-10 * time.Minute)
+	a := Decide(f.o)
+	c := findCondition(NextStatus(f.o, a).Conditions, lullv1.ConditionActive)
+	if a.Kind != RequestDrain || a.Drain.Reason != lullv1.DrainReasonIdle || c == nil || c.Reason != "Idle" {
+		t.Fatalf("report written 10m ago, idle 10m, suspendAfter 5m: %s/%s Active %+v; want an Idle drain, Active=False Idle", a.Kind, a.Reason, c)
 	}
 }
 
@@ -223,17 +246,18 @@ func TestUpdateWithADeadlineTakesOverFromAnIdleDrain(t *testing.T) {
 	}
 }
 
-// A lifetime restart is not started for a runtime that is not reporting (it
-// could never answer and would hold its place in the wave), and the
-// template's drainTimeout bounds a lifetime drain.
+// A lifetime restart is not started for a pod whose runtime has no report
+// of its own (it could never answer and would hold its place in the wave),
+// and the template's drainTimeout bounds a lifetime drain.
 func TestLifetimeDrainNeedsAReportAndHonoursDrainTimeout(t *testing.T) {
 	f := idleFixture()
 	f.o.Lifecycle = lifecycle.Policy{MaxLifetime: 30 * time.Minute}
-	f.o.ReportWrittenAt = now.Add(-time.Hour)
+	withoutAReportOfItsOwn(f)
 	if a := Decide(f.o); a.Kind != Wait || a.Drain != nil {
-		t.Fatalf("stale report, lifetime due: %s/%s %+v; want no drain", a.Kind, a.Reason, a.Drain)
+		t.Fatalf("no report of its own, lifetime due: %s/%s %+v; want no drain", a.Kind, a.Reason, a.Drain)
 	}
-	f.o.ReportWrittenAt = now.Add(-time.Second)
+	f.o.Session.Status.Runtime.PodUID = podUID
+	f.o.ReportWrittenAt = now.Add(-time.Hour) // an old report is a true one
 	f.o.Session.Status.Runtime.ActiveTurns = 1
 	f.o.Policy = lullv1.UpdatePolicy{Strategy: lullv1.UpdateStrategyDrain, DrainTimeout: &metav1.Duration{Duration: time.Minute}, OnDrainTimeout: lullv1.DrainTimeoutReplace}
 	a := Decide(f.o)

@@ -108,16 +108,20 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 	st.Lifecycle = j.Status
 	switch r := s.Status.Runtime; j.State {
 	case lifecycle.NotReporting:
+		found := "none"
+		if r != nil {
+			found = fmt.Sprintf("one of pod %s", r.PodUID)
+		}
 		set(lullv1.ConditionActive, metav1.ConditionUnknown, ReasonRuntimeNotReporting,
-			fmt.Sprintf("the runtime of pod %s has not rewritten its report since %s (it promised every %ds); its last report said %d turn(s) active; "+
+			fmt.Sprintf("pod %s has been ready since %s and its runtime has written no report of its own (status.runtime holds %s); "+
 				"the session is not culled while it does not report: check the runtime's logs and its RoleBinding lull-runtime-%s",
-				o.Pod.Name, j.StaleAt.Add(-lifecycle.StaleAfter(time.Duration(r.RefreshSeconds)*time.Second)).UTC().Format(time.RFC3339), r.RefreshSeconds, r.ActiveTurns, s.Name))
+				o.Pod.Name, j.ReportDue.Add(-lifecycle.FirstReportGrace).UTC().Format(time.RFC3339), found, s.Name))
 	case lifecycle.Active:
 		set(lullv1.ConditionActive, metav1.ConditionTrue, "TurnsInFlight", fmt.Sprintf("%d turns in flight", r.ActiveTurns))
 	case lifecycle.Idle:
 		set(lullv1.ConditionActive, metav1.ConditionFalse, "Idle", "no turn in flight")
 	case lifecycle.Unjudged:
-		set(lullv1.ConditionActive, metav1.ConditionFalse, "Idle", "no turn in flight; the runtime declares no report refresh interval, so it is never culled for idleness")
+		set(lullv1.ConditionActive, metav1.ConditionFalse, "Idle", "no turn in flight; the runtime declares no report refresh bound, so it is never culled for idleness")
 	default:
 		set(lullv1.ConditionActive, metav1.ConditionUnknown, "NoReport", "the runtime of the current pod has not reported")
 	}

@@ -207,8 +207,8 @@ func LifetimeDue(s *lullv1.Session, now time.Time) bool {
 
 // Reporting reports whether the session's status says its current pod's
 // runtime reports: its Active condition is known (True or False). It is
-// Unknown while the runtime has not reported (NoReport) or its report is
-// stale (RuntimeNotReporting).
+// Unknown while the current pod's runtime has no report of its own
+// (NoReport, then RuntimeNotReporting).
 func Reporting(s *lullv1.Session) bool {
 	c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionActive)
 	return c != nil && c.Status != metav1.ConditionUnknown

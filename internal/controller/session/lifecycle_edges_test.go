@@ -24,11 +24,11 @@ func deleteTemplate(t *testing.T, w *world) {
 	}
 }
 
-// The freshness of a report is judged by the API server's time of its
-// write (the managed-fields entry that owns status.runtime), never by the
-// runtime's reportedAt: a runtime clock behind the server's must not make
-// a fresh report look stale. A blocked session (its template gone) is
-// judged the same way: its Active condition must not say
+// The API server's time of a report's write (the managed-fields entry
+// that owns status.runtime) is read, and the runtime's reportedAt never
+// makes a report look missing: a runtime clock behind the server's must
+// not turn a report into RuntimeNotReporting. A blocked session (its
+// template gone) is judged the same way: its Active condition must not say
 // RuntimeNotReporting for a runtime that reports.
 func TestBlockedSessionJudgesItsReportOnTheServersClock(t *testing.T) {
 	// The fake client keeps no managedFields: its reads carry the entry the
@@ -225,33 +225,32 @@ func TestResumeAfterAUserSuspendDuringACommittedIdleCullIsNotUndone(t *testing.T
 }
 
 // One RuntimeNotReporting Warning Event per episode: the status write that
-// first says RuntimeNotReporting records it, whichever write that is. The
-// commitment of a drained pod is such a write when the runtime answered
-// Drained and then stopped reporting before the controller committed.
-func TestNotReportingSaidByACommitIsRecorded(t *testing.T) {
-	w := drainedWorld(t, interceptor.Funcs{})
-	s := w.session()
-	old := metav1.NewTime(t0.Add(-time.Hour))
-	s.Status.Runtime.RefreshSeconds, s.Status.Runtime.ReportedAt = 10, &old
-	if err := w.c.Status().Update(context.Background(), s); err != nil {
-		t.Fatal(err)
+// first says RuntimeNotReporting records it, and the writes after it in the
+// same episode do not. A current pod ready for an hour whose runtime has no
+// report of its own (status.runtime names the pod it replaced) is such an
+// episode. (A commitment can no longer be that write: it needs a Drained
+// report of the pod's own runtime, and the age of a report is not judged.)
+func TestNotReportingIsRecordedOncePerEpisode(t *testing.T) {
+	w := newWorld(t, interceptor.Funcs{}, func(s *lullv1.Session, pod *corev1.Pod) {
+		pod.Labels[appsv1.ControllerRevisionHashLabelKey] = "alice-new"
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0.Add(-time.Hour))}}
+		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: "the-replaced-pod", State: lullv1.RuntimeDrained, RefreshSeconds: 10}
+	})
+	for i := range 2 {
+		w.clock.SetTime(t0.Add(time.Duration(i) * time.Minute))
+		if _, err := w.reconcile(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if _, err := w.reconcile(); err != nil {
-		t.Fatal(err)
-	}
-	s = w.session()
-	if s.Status.Replacement == nil {
-		t.Fatalf("precondition: replacement %+v, want the Drained answer committed", s.Status.Replacement)
-	}
-	c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionActive)
+	c := meta.FindStatusCondition(w.session().Status.Conditions, lullv1.ConditionActive)
 	if c == nil || c.Reason != rollout.ReasonRuntimeNotReporting {
-		t.Fatalf("the commit did not say RuntimeNotReporting (Active %+v): the report is an hour old with a 10s refresh", c)
+		t.Fatalf("Active %+v: the pod has been ready an hour with no report of its own; want RuntimeNotReporting", c)
 	}
 	n := map[string]int{}
 	for _, r := range w.eventReasons() {
 		n[r]++
 	}
 	if n[rollout.ReasonRuntimeNotReporting] != 1 {
-		t.Errorf("events %v: the commit wrote Active=Unknown RuntimeNotReporting; want its one Warning Event", n)
+		t.Errorf("events %v: two reconciles said Active=Unknown RuntimeNotReporting; want one Warning Event", n)
 	}
 }
