@@ -45,7 +45,7 @@ func all(edits ...func(*lullv1.SessionTemplate)) func(*lullv1.SessionTemplate) {
 }
 
 // withAgent runs the template's runtime behind the agent sidecar, which
-// rewrites the report every refresh.
+// leaves a change of activity unwritten for refresh at most.
 func withAgent(refresh time.Duration) func(*lullv1.SessionTemplate) {
 	return func(t *lullv1.SessionTemplate) { t.Spec.Agent = &lullv1.AgentSpec{ReportRefresh: duration(refresh)} }
 }
@@ -147,12 +147,15 @@ func TestIdleSessionIsSuspendedThenResumed(t *testing.T) {
 	})
 }
 
-// A session in one long turn past its idle limit is never drained; when
+// A session in one long turn past its idle limit is never drained. When
 // its runtime's reports are refused (its RBAC taken away) during that
-// turn, the session shows Active=Unknown, reason RuntimeNotReporting, with
-// a Warning Event, and is still never culled, though its last report goes
-// on saying what it said. Once reports flow again, the turn ends and the
-// session is culled as usual.
+// turn, its last report, which says the turn is in flight, stands: a
+// report is not judged by its age, and the session is still never culled.
+// When the current pod moreover has no report of its own (status.runtime
+// overwritten with another pod's, which the runtime cannot put back), the
+// session shows Active=Unknown, reason RuntimeNotReporting, with a Warning
+// Event, and is never culled. Once reports flow again, the runtime puts
+// its report back, the turn ends and the session is culled as usual.
 func TestBusyOrSilentSessionIsNeverCulled(t *testing.T) {
 	ns, names, _ := setupTemplate(t, 1, idle(5*time.Second, 0),
 		"--turns=1", "--turn-min=40s", "--turn-max=40s", "--think-max=0s", "--report-refresh=1s")
@@ -173,7 +176,15 @@ func TestBusyOrSilentSessionIsNeverCulled(t *testing.T) {
 	never(t, 8*time.Second, "a busy session past its idle limit is never drained", notCulled)
 
 	undo := denyReports(t, ns, name)
-	eventually(t, 20*time.Second, "Active=Unknown RuntimeNotReporting", func() error {
+	never(t, 5*time.Second, "a busy session whose runtime cannot write is never drained", notCulled)
+	if c := meta.FindStatusCondition(session(t, ns, name).Status.Conditions, lullv1.ConditionActive); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Active = %+v with the runtime's own report of a turn standing, want True", c)
+	}
+	body := `{"status":{"runtime":{"podUID":"a-pod-long-gone","state":"Serving","activeTurns":0,"refreshSeconds":1}}}`
+	if err := c.Status().Patch(context.Background(), &lullv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, client.RawPatch(types.MergePatchType, []byte(body))); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 45*time.Second, "Active=Unknown RuntimeNotReporting", func() error {
 		cond := meta.FindStatusCondition(session(t, ns, name).Status.Conditions, lullv1.ConditionActive)
 		if cond == nil || cond.Status != metav1.ConditionUnknown || cond.Reason != "RuntimeNotReporting" {
 			return fmt.Errorf("Active = %+v", cond)
@@ -272,8 +283,9 @@ func TestTurnDuringIdleDrainKeepsTheSession(t *testing.T) {
 }
 
 // Health checks, drain-state polls and the drain stream are not activity:
-// polled for a while, the runtime's report keeps its lastActivity while its
-// heartbeat moves reportedAt; POST /v1/activity (a user typing) moves it.
+// polled for a while, the runtime's report is not written at all (an idle
+// runtime writes nothing); POST /v1/activity (a user typing) moves its
+// lastActivity, written within the 1s refresh.
 func TestProbesAndPollsAreNotActivity(t *testing.T) {
 	ns, names, before := setupTemplate(t, 1, withAgent(time.Second),
 		"--turns=1", "--turn-min=100ms", "--turn-max=100ms", "--think-max=0s")
@@ -310,13 +322,13 @@ func TestProbesAndPollsAreNotActivity(t *testing.T) {
 	if !r.LastActivity.Equal(first.LastActivity) {
 		t.Fatalf("lastActivity moved from %s to %s under probes and polls alone", first.LastActivity, r.LastActivity)
 	}
-	if !r.ReportedAt.After(first.ReportedAt.Time) {
-		t.Errorf("reportedAt stayed %s for 5s with a 1s refresh: no heartbeat", r.ReportedAt)
+	if !r.ReportedAt.Equal(first.ReportedAt) {
+		t.Errorf("reportedAt moved from %s to %s under probes and polls alone: an idle runtime must write nothing", first.ReportedAt, r.ReportedAt)
 	}
 	if code, _, err := a.do("POST", "/v1/activity"); err != nil || code != http.StatusNoContent {
 		t.Fatalf("POST /v1/activity = %d %v", code, err)
 	}
-	eventually(t, 90*time.Second, "POST /v1/activity moves lastActivity", func() error {
+	eventually(t, 10*time.Second, "POST /v1/activity moves lastActivity, within the refresh", func() error {
 		if r := session(t, ns, name).Status.Runtime; !r.LastActivity.After(first.LastActivity.Time) {
 			return fmt.Errorf("lastActivity %s", r.LastActivity)
 		}

@@ -1,0 +1,189 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+	lullruntime "lull.dev/lull/runtime"
+)
+
+// requestCounter counts the requests of one client by kind: "get",
+// "watch", "patch" and "other".
+type requestCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *requestCounter) instrument(cfg *rest.Config) {
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			kind := "other"
+			switch {
+			case req.Method == http.MethodGet && req.URL.Query().Get("watch") == "true":
+				kind = "watch"
+			case req.Method == http.MethodGet:
+				kind = "get"
+			case req.Method == http.MethodPatch:
+				kind = "patch"
+			}
+			c.mu.Lock()
+			c.n[kind]++
+			c.mu.Unlock()
+			return rt.RoundTrip(req)
+		})
+	}
+}
+
+func (c *requestCounter) snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.n))
+	for k, v := range c.n {
+		out[k] = v
+	}
+	return out
+}
+
+// since returns the requests of each kind made after before was taken.
+func (c *requestCounter) since(before map[string]int) map[string]int {
+	out := map[string]int{}
+	for k, v := range c.snapshot() {
+		if d := v - before[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// An idle, current session's runtime costs no API request: with a report
+// refresh of 1 s, counted at the runtime's own transport against the real
+// API server, it makes no request at all over 5 s once its report is
+// written and its watch open (no heartbeat, no re-read, no re-watch); a
+// bump of activity costs one status write, made within the refresh; a turn
+// at most two (its start at once, its end coalesced), and then it is
+// quiet again.
+func TestIdleRuntimeMakesNoRequests(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t, "idle-cost")
+	ctx := t.Context()
+	s := newSession(ns, "idle", "tpl")
+	if err := admin.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	createIdentity(t, s)
+	pod := createRuntimePod(t, s, s.Name+"-0")
+	counter := &requestCounter{n: map[string]int{}}
+	cfg := runtimeTokenConfig(t, s, pod)
+	counter.instrument(cfg)
+	const refresh = time.Second
+	rt, err := lullruntime.New(lullruntime.Config{
+		SessionName: s.Name, SessionNamespace: ns, PodName: pod.Name, PodUID: pod.UID,
+		REST: cfg, ReportRefresh: refresh,
+		Logger: slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			t.Errorf("Run did not return within 15s of its context ending")
+		}
+	})
+
+	report := func(ctx context.Context) (*lullv1.RuntimeReport, error) {
+		got, err := getSession(ctx, ns, s.Name)
+		if err != nil {
+			return nil, err
+		}
+		if got.Status.Runtime == nil || got.Status.Runtime.PodUID != pod.UID {
+			return nil, fmt.Errorf("status.runtime %+v", got.Status.Runtime)
+		}
+		return got.Status.Runtime, nil
+	}
+	eventually(t, 15*time.Second, "the Serving report, the gate open and the watch open", func(ctx context.Context) error {
+		r, err := report(ctx)
+		if err != nil {
+			return err
+		}
+		if r.State != lullv1.RuntimeServing || r.RefreshSeconds != 1 || !rt.Snapshot().Accepting {
+			return fmt.Errorf("report %+v, accepting %v", r, rt.Snapshot().Accepting)
+		}
+		if counter.snapshot()["watch"] == 0 {
+			return errors.New("no watch yet")
+		}
+		return nil
+	})
+	quiet := func(what string) {
+		t.Helper()
+		before := counter.snapshot()
+		time.Sleep(5 * refresh)
+		if got := counter.since(before); len(got) != 0 {
+			t.Errorf("%s: the runtime made requests %v over 5s with a 1s refresh, want none", what, got)
+		}
+	}
+	time.Sleep(2 * refresh) // a report of the gate opening, if any, lands
+	quiet("idle")
+
+	before := counter.snapshot()
+	bumped := time.Now()
+	rt.Bump()
+	eventually(t, 10*time.Second, "the bump written", func(ctx context.Context) error {
+		r, err := report(ctx)
+		if err != nil {
+			return err
+		}
+		if r.LastActivity == nil || r.LastActivity.Time.Before(bumped.Truncate(time.Second)) {
+			return fmt.Errorf("lastActivity %v", r.LastActivity)
+		}
+		return nil
+	})
+	if d := time.Since(bumped); d > refresh+2*time.Second {
+		t.Errorf("the bump was written %v after it, want within the 1s refresh (and the time to read it back)", d)
+	}
+	time.Sleep(2 * refresh)
+	if got := counter.since(before); len(got) != 1 || got["patch"] != 1 {
+		t.Errorf("a bump cost requests %v, want one status patch", got)
+	}
+
+	before = counter.snapshot()
+	turn, err := rt.BeginTurn(lullruntime.TurnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn.End()
+	ended := time.Now()
+	eventually(t, 10*time.Second, "the turn's end written", func(ctx context.Context) error {
+		r, err := report(ctx)
+		if err != nil {
+			return err
+		}
+		if r.ActiveTurns != 0 || r.LastActivity == nil || r.LastActivity.Time.Before(ended.Truncate(time.Second)) {
+			return fmt.Errorf("report %+v", r)
+		}
+		return nil
+	})
+	time.Sleep(2 * refresh)
+	if got := counter.since(before); len(got) != 1 || got["patch"] < 1 || got["patch"] > 2 {
+		t.Errorf("a turn cost requests %v, want one or two status patches and nothing else", got)
+	}
+	quiet("idle after the turn")
+}
