@@ -53,9 +53,10 @@ The agent writes the runtime's report only when it changes: a new drain
 state at once, turn counts and activity at most once per --report-refresh
 (the longest a change stays unwritten, and the granularity of activity the
 idle policy sees). An idle agent makes no API request after its first
-report but one watch request every 30 to 60 minutes. Only turns (begun, ended, or attempted while the session is
-being drained for inactivity) and POST /v1/activity count as activity;
-reads, streams and health checks never do.
+report but one watch request every 30 to 60 minutes. Only turns (begun,
+ended, or attempted while the session is being drained for inactivity)
+and POST /v1/activity count as activity; reads, streams and health checks
+never do.
 
 It reads LULL_SESSION_NAME, LULL_SESSION_NAMESPACE, LULL_POD_NAME and
 LULL_POD_UID, which lull sets in a session pod, and reaches the API server

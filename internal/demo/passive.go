@@ -346,7 +346,7 @@ func runPassive(ctx context.Context, env *localenv.Env, o Options) (_ Summary, e
 	} else if err != nil {
 		return Summary{}, fmt.Errorf("sessions did not start: %w", err)
 	}
-	fmt.Fprintf(out, "all %d sessions running; their runtimes take turns of %s–%s and refresh their reports every %s\n", o.Sessions, o.TurnMin, o.TurnMax, o.ReportRefresh)
+	fmt.Fprintf(out, "all %d sessions running; their runtimes take turns of %s–%s and write their activity within %s\n", o.Sessions, o.TurnMin, o.TurnMax, o.ReportRefresh)
 	if err := scenario.Sleep(ctx, o.Warmup); err != nil {
 		return Summary{}, err
 	}
