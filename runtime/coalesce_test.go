@@ -297,3 +297,44 @@ func TestReportsSayTheirRefresh(t *testing.T) {
 		t.Errorf("reporter coalesces over %s, want 90s", rt.reporter.refresh)
 	}
 }
+
+// When a report that differs from the one written may be written.
+func TestDue(t *testing.T) {
+	r := &reporter{refresh: time.Minute, drainingInterval: time.Second}
+	w := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *metav1.Time { v := metav1.NewTime(w.Add(d)); return &v }
+	serving := &lullv1.RuntimeReport{PodUID: testPod, State: lullv1.RuntimeServing, LastActivity: at(0), RefreshSeconds: 60}
+	draining := &lullv1.RuntimeReport{PodUID: testPod, State: lullv1.RuntimeDraining, RequestID: req1, ActiveTurns: 2, LastActivity: at(0), RefreshSeconds: 60}
+	with := func(base *lullv1.RuntimeReport, edit func(*lullv1.RuntimeReport)) *lullv1.RuntimeReport {
+		c := base.DeepCopy()
+		edit(c)
+		return c
+	}
+	var atOnce time.Time
+	for _, tc := range []struct {
+		name          string
+		want, written *lullv1.RuntimeReport
+		reason        lullv1.DrainReason
+		due           time.Time
+	}{
+		{"nothing written yet", serving, nil, "", atOnce},
+		{"new state", draining, serving, lullv1.DrainReasonUpdate, atOnce},
+		{"new request", with(draining, func(r *lullv1.RuntimeReport) { r.RequestID = "other" }), draining, lullv1.DrainReasonUpdate, atOnce},
+		{"an expired turn", with(serving, func(r *lullv1.RuntimeReport) { r.ExpiredTurns = 1 }), serving, "", atOnce},
+		{"new refresh bound", with(serving, func(r *lullv1.RuntimeReport) { r.RefreshSeconds = 5 }), serving, "", atOnce},
+		{"activity while serving: coalesced over the refresh", with(serving, func(r *lullv1.RuntimeReport) { r.LastActivity = at(3 * time.Second) }), serving, "", w.Add(time.Minute)},
+		{"a turn while serving: coalesced over the refresh", with(serving, func(r *lullv1.RuntimeReport) { r.ActiveTurns = 1 }), serving, "", w.Add(time.Minute)},
+		{"a turn ends during a drain: a second", with(draining, func(r *lullv1.RuntimeReport) { r.ActiveTurns = 1 }), draining, lullv1.DrainReasonUpdate, w.Add(time.Second)},
+		{"activity during an Idle drain: at once", with(draining, func(r *lullv1.RuntimeReport) { r.LastActivity = at(time.Second) }), draining, lullv1.DrainReasonIdle, atOnce},
+		{"activity during an Update drain: a second", with(draining, func(r *lullv1.RuntimeReport) { r.LastActivity = at(time.Second) }), draining, lullv1.DrainReasonUpdate, w.Add(time.Second)},
+	} {
+		if got := r.due(tc.want, tc.written, w, tc.reason); !got.Equal(tc.due) {
+			t.Errorf("%s: due %v, want %v", tc.name, got, tc.due)
+		}
+	}
+	// A refresh bound shorter than the drain's second bounds a drain too.
+	r.refresh = 200 * time.Millisecond
+	if got := r.due(with(draining, func(r *lullv1.RuntimeReport) { r.ActiveTurns = 1 }), draining, w, lullv1.DrainReasonUpdate); !got.Equal(w.Add(200 * time.Millisecond)) {
+		t.Errorf("drain, refresh 200ms: due %v, want 200ms after the write", got)
+	}
+}
