@@ -26,6 +26,14 @@ import (
 // of status churn and of sessions still being asked to drain.
 const DrainedPriority = 100
 
+// AdmittedPriority is the work-queue priority of a session the template
+// has just admitted to its rollout wave: its reconcile asks its runtime to
+// drain, and a template update enqueues every session of the template at
+// the default priority to be rendered again (thousands, in a fleet), which
+// the wave must not wait behind. Below DrainedPriority: a runtime already
+// drained waits with its turns refused.
+const AdmittedPriority = 50
+
 // sessionEvents enqueues the Session an event is about, as
 // handler.EnqueueRequestForObject does (with its priorities: low for the
 // initial list and for resyncs), except that an update carrying a newly
@@ -42,9 +50,13 @@ func (h *sessionEvents) Update(ctx context.Context, e event.UpdateEvent, q workq
 		h.EnqueueRequestForObject.Update(ctx, e, q)
 		return
 	}
-	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: cur.Namespace, Name: cur.Name}}
+	addWithPriority(q, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: cur.Namespace, Name: cur.Name}}, DrainedPriority)
+}
+
+// addWithPriority adds req to q with priority p when q is a priority
+// queue, and as any other item otherwise.
+func addWithPriority(q workqueue.TypedRateLimitingInterface[reconcile.Request], req reconcile.Request, p int) {
 	if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
-		p := DrainedPriority
 		pq.AddWithOpts(priorityqueue.AddOpts{Priority: &p}, req)
 		return
 	}

@@ -176,3 +176,35 @@ func TestSessionEventsPlainQueue(t *testing.T) {
 		t.Errorf("got %v, want ns/s", item)
 	}
 }
+
+// Sessions newly admitted to the wave go ahead of sessions queued for a
+// re-render, behind a Drained report; sessions admitted before are not
+// enqueued again.
+func TestAdmittedSessionsGoAhead(t *testing.T) {
+	q := priorityqueue.New[reconcile.Request]("test")
+	defer q.ShutDown()
+	ctx := context.Background()
+	q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "rerender"}})
+	old := &lullv1.SessionTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "tpl", ResourceVersion: "1"},
+		Status: lullv1.SessionTemplateStatus{Wave: []lullv1.WaveEntry{{Session: "before", Sequence: 1}}}}
+	cur := old.DeepCopy()
+	cur.ResourceVersion = "2"
+	cur.Status.Wave = append(cur.Status.Wave, lullv1.WaveEntry{Session: "admitted", Sequence: 1})
+	admittedSessions.Update(ctx, event.UpdateEvent{ObjectOld: old, ObjectNew: cur}, q)
+	o, c := draining("1", lullv1.RuntimeDraining), draining("2", lullv1.RuntimeDrained)
+	(&sessionEvents{}).Update(ctx, event.UpdateEvent{ObjectOld: o, ObjectNew: c}, q)
+
+	for _, w := range []struct {
+		name     string
+		priority int
+	}{{"s", DrainedPriority}, {"admitted", AdmittedPriority}, {"rerender", 0}} {
+		item, priority, _ := q.GetWithPriority()
+		if item.Name != w.name || priority != w.priority {
+			t.Errorf("got %s at priority %d, want %s at %d", item.Name, priority, w.name, w.priority)
+		}
+		q.Done(item)
+	}
+	if n := q.Len(); n != 0 {
+		t.Errorf("%d more items queued, want none (the session admitted before is not enqueued again)", n)
+	}
+}

@@ -114,7 +114,7 @@ func sessionLog(base logr.Logger) func(*reconcile.Request) logr.Logger {
 }
 
 // admittedSessions enqueues the sessions a template's status write newly
-// admits to its wave (status.wave).
+// admits to its wave (status.wave), with AdmittedPriority.
 var admittedSessions = handler.Funcs{
 	UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		old, okOld := e.ObjectOld.(*lullv1.SessionTemplate)
@@ -128,7 +128,7 @@ var admittedSessions = handler.Funcs{
 		}
 		for _, w := range cur.Status.Wave {
 			if !was[w] {
-				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: cur.Namespace, Name: w.Session}})
+				addWithPriority(q, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: cur.Namespace, Name: w.Session}}, AdmittedPriority)
 			}
 		}
 	},
