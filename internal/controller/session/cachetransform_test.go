@@ -14,7 +14,10 @@ import (
 // and nothing else of its managed fields or kubectl's last-applied
 // annotation; what the controller reads from it is unchanged.
 func TestStripSessionForCache(t *testing.T) {
-	at := func(sec int) *metav1.Time { v := metav1.NewTime(time.Date(2026, 11, 30, 12, 0, sec, 0, time.UTC)); return &v }
+	at := func(sec int) *metav1.Time {
+		v := metav1.NewTime(time.Date(2026, 11, 30, 12, 0, sec, 0, time.UTC))
+		return &v
+	}
 	entry := func(manager, fields string, when *metav1.Time) metav1.ManagedFieldsEntry {
 		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Time: when, FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
 	}

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
@@ -140,4 +141,39 @@ func decisionView(s *lullv1.Session) *lullv1.Session {
 	v.ManagedFields = nil
 	v.Status.Runtime.ReportedAt = nil
 	return v
+}
+
+// statefulSetInputsChanged passes the StatefulSet updates that can change
+// what the Session reconciler decides or writes, and drops the StatefulSet
+// controller's status writes that only move its replica counters (ready,
+// available, current, updated replicas), several per replaced pod: the
+// session's pod events carry the same news.
+//
+// What the reconciler reads of its StatefulSet: metadata (labels,
+// annotations, owner references, generation), the spec (compared with what
+// it renders), status.observedGeneration and status.updateRevision (is the
+// revision published; which one). status.currentRevision, not read, is
+// compared too: it moves once per rollout.
+var statefulSetInputsChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	old, okOld := e.ObjectOld.(*appsv1.StatefulSet)
+	cur, okNew := e.ObjectNew.(*appsv1.StatefulSet)
+	return !okOld || !okNew || !ReplicaCountsOnly(old, cur)
+}}
+
+// ReplicaCountsOnly reports whether the update of a StatefulSet from old to
+// cur moved only what the Session reconciler does not read (see
+// statefulSetInputsChanged). An update whose resourceVersion did not move
+// (a resync) is not one.
+func ReplicaCountsOnly(old, cur *appsv1.StatefulSet) bool {
+	if old.ResourceVersion == cur.ResourceVersion {
+		return false
+	}
+	view := func(s *appsv1.StatefulSet) *appsv1.StatefulSet {
+		v := s.DeepCopy()
+		v.ResourceVersion, v.ManagedFields = "", nil
+		v.Status = appsv1.StatefulSetStatus{ObservedGeneration: s.Status.ObservedGeneration,
+			UpdateRevision: s.Status.UpdateRevision, CurrentRevision: s.Status.CurrentRevision}
+		return v
+	}
+	return equality.Semantic.DeepEqual(view(old), view(cur))
 }

@@ -5,9 +5,11 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -206,5 +208,47 @@ func TestAdmittedSessionsGoAhead(t *testing.T) {
 	}
 	if n := q.Len(); n != 0 {
 		t.Errorf("%d more items queued, want none (the session admitted before is not enqueued again)", n)
+	}
+}
+
+func TestReplicaCountsOnly(t *testing.T) {
+	base := func(rv string) *appsv1.StatefulSet {
+		return &appsv1.StatefulSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", ResourceVersion: rv, Generation: 2, Labels: map[string]string{lullv1.LabelSession: "s"}},
+			Spec:       appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1)},
+			Status: appsv1.StatefulSetStatus{ObservedGeneration: 2, UpdateRevision: "rev-2", CurrentRevision: "rev-1",
+				Replicas: 1, ReadyReplicas: 1, AvailableReplicas: 1, CurrentReplicas: 1},
+		}
+	}
+	with := func(mut func(*appsv1.StatefulSet)) *appsv1.StatefulSet {
+		s := base("2")
+		mut(s)
+		return s
+	}
+	cases := []struct {
+		name string
+		cur  *appsv1.StatefulSet
+		want bool
+	}{
+		{"the pod went unready", with(func(s *appsv1.StatefulSet) { s.Status.ReadyReplicas, s.Status.AvailableReplicas = 0, 0 }), true},
+		{"the new pod counted as updated", with(func(s *appsv1.StatefulSet) { s.Status.UpdatedReplicas, s.Status.CurrentReplicas = 1, 0 }), true},
+		{"resync: same resourceVersion", base("1"), false},
+		{"revision published", with(func(s *appsv1.StatefulSet) { s.Status.UpdateRevision = "rev-3" }), false},
+		{"generation observed", with(func(s *appsv1.StatefulSet) { s.Status.ObservedGeneration = 1 }), false},
+		{"current revision moved", with(func(s *appsv1.StatefulSet) { s.Status.CurrentRevision = "rev-2" }), false},
+		{"spec edited", with(func(s *appsv1.StatefulSet) { s.Generation, s.Spec.Replicas = 3, ptr.To[int32](0) }), false},
+		{"label removed", with(func(s *appsv1.StatefulSet) { s.Labels = nil }), false},
+		{"owner reference dropped", with(func(s *appsv1.StatefulSet) { s.OwnerReferences = []metav1.OwnerReference{{Name: "x"}} }), false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			old := base("1")
+			if got := ReplicaCountsOnly(old, c.cur); got != c.want {
+				t.Errorf("ReplicaCountsOnly = %v, want %v", got, c.want)
+			}
+			if got := statefulSetInputsChanged.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: c.cur}); got == c.want {
+				t.Errorf("statefulSetInputsChanged passes = %v, want %v", got, !c.want)
+			}
+		})
 	}
 }

@@ -73,7 +73,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		// reference is gone (a Session deleted with --cascade=orphan,
 		// references stripped by hand) must still reach the reconcile of
 		// the name it is labelled with, which reaps it.
-		Watches(&appsv1.StatefulSet{}, bySessionLabel).
+		Watches(&appsv1.StatefulSet{}, bySessionLabel, builder.WithPredicates(statefulSetInputsChanged)).
 		Watches(&corev1.Service{}, bySessionLabel).
 		Watches(&corev1.ServiceAccount{}, bySessionLabel).
 		Watches(&rbacv1.Role{}, bySessionLabel).
