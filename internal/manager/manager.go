@@ -93,7 +93,12 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	cacheOpts := cache.Options{
+		// Managed fields and last-applied annotations stripped from every
+		// cached object, except what the Session controller reads of a
+		// Session's managed fields (session.StripSessionForCache).
+		DefaultTransform: stripForCache,
 		ByObject: map[client.Object]cache.ByObject{
+			&lullv1.Session{}:        {Transform: session.StripSessionForCache},
 			&corev1.Pod{}:            byLabel,
 			&appsv1.StatefulSet{}:    byLabel,
 			&corev1.Service{}:        byLabel,

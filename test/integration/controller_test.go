@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
@@ -35,7 +36,11 @@ var (
 	managerOnce sync.Once
 	managerNS   string
 	managerErr  error
-	stopManager = func() {}
+	// managerCache and managerMetrics are the manager's cache and the
+	// address of its /metrics.
+	managerCache   cache.Cache
+	managerMetrics string
+	stopManager    = func() {}
 )
 
 // startManager starts lull's controller manager in-process, watching only
@@ -48,12 +53,15 @@ func startManager(t *testing.T) string {
 		if managerErr = admin.Create(context.Background(), ns); managerErr != nil {
 			return
 		}
-		mgr, err := manager.New(adminConfig, manager.Options{MetricsAddr: "0", HealthAddr: "0", Namespace: ns.Name})
+		if managerMetrics, managerErr = freeAddr(); managerErr != nil {
+			return
+		}
+		mgr, err := manager.New(adminConfig, manager.Options{MetricsAddr: managerMetrics, HealthAddr: "0", Namespace: ns.Name})
 		if err != nil {
 			managerErr = fmt.Errorf("manager.New: %w", err)
 			return
 		}
-		managerNS = ns.Name
+		managerNS, managerCache = ns.Name, mgr.GetCache()
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- mgr.Start(ctx) }()

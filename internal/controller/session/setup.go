@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -63,12 +65,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	sessionStates.use(mgr.GetCache())
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("session").
-		For(&lullv1.Session{}, builder.WithPredicates(countExpiredTurns)).
+		// Not For(): a Drained report goes ahead in the queue
+		// (sessionEvents), and a report rewritten with nothing new is not
+		// reconciled (decisionInputsChanged).
+		Watches(&lullv1.Session{}, &sessionEvents{}, builder.WithPredicates(countExpiredTurns, decisionInputsChanged)).
 		// By label, not by owner reference: an object whose owner
 		// reference is gone (a Session deleted with --cascade=orphan,
 		// references stripped by hand) must still reach the reconcile of
 		// the name it is labelled with, which reaps it.
-		Watches(&appsv1.StatefulSet{}, bySessionLabel).
+		Watches(&appsv1.StatefulSet{}, bySessionLabel, builder.WithPredicates(statefulSetInputsChanged)).
 		Watches(&corev1.Service{}, bySessionLabel).
 		Watches(&corev1.ServiceAccount{}, bySessionLabel).
 		Watches(&rbacv1.Role{}, bySessionLabel).
@@ -91,12 +96,25 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		// releases the sessions waiting for it (FilesNotReady). The cache
 		// holds only ConfigMaps labelled lull.dev/files.
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.filesToSessions), builder.WithPredicates(filesCreated)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles, LogConstructor: sessionLog(mgr.GetLogger())}).
 		Complete(r)
 }
 
+// sessionLog is the logger of each Session reconcile, as the controller
+// builder makes it for a For() type: the controller, the Session's group
+// and kind, and the request's key.
+func sessionLog(base logr.Logger) func(*reconcile.Request) logr.Logger {
+	log := base.WithValues("controller", "session", "controllerGroup", lullv1.GroupVersion.Group, "controllerKind", "Session")
+	return func(req *reconcile.Request) logr.Logger {
+		if req == nil {
+			return log
+		}
+		return log.WithValues("Session", klog.KRef(req.Namespace, req.Name), "namespace", req.Namespace, "name", req.Name)
+	}
+}
+
 // admittedSessions enqueues the sessions a template's status write newly
-// admits to its wave (status.wave).
+// admits to its wave (status.wave), with AdmittedPriority.
 var admittedSessions = handler.Funcs{
 	UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		old, okOld := e.ObjectOld.(*lullv1.SessionTemplate)
@@ -110,7 +128,7 @@ var admittedSessions = handler.Funcs{
 		}
 		for _, w := range cur.Status.Wave {
 			if !was[w] {
-				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: cur.Namespace, Name: w.Session}})
+				addWithPriority(q, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: cur.Namespace, Name: w.Session}}, AdmittedPriority)
 			}
 		}
 	},

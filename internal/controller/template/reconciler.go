@@ -378,8 +378,8 @@ func Summarize(t *lullv1.SessionTemplate, sessions []lullv1.Session) lullv1.Sess
 	return st
 }
 
-// SetupWithManager registers the reconciler; any session change recounts
-// its template, a catalog change judges every template's image again, and
+// SetupWithManager registers the reconciler; a session change that can
+// move its template's status (sessionCounted) recounts the template, a catalog change judges every template's image again, and
 // any change of a template's files ConfigMap looks at it again.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
@@ -388,7 +388,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&lullv1.Session{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			s := o.(*lullv1.Session)
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.TemplateRef.Name}}}
-		})).
+		}), builder.WithPredicates(sessionCounted)).
 		Watches(&lullv1.RuntimeCatalog{}, handler.EnqueueRequestsFromMapFunc(r.allTemplates)).
 		// A deleted files ConfigMap is made again at once. The cache holds
 		// only ConfigMaps labelled lull.dev/files.
