@@ -98,15 +98,13 @@ func NewlyDrained(old, cur *lullv1.Session) bool {
 //     reads it: a commitment scales a suspended pod away, for one);
 //   - status.runtime: podUID, requestID, state, activeTurns, lastActivity,
 //     expiredTurns, refreshSeconds: compared; reportedAt: ignored. The
-//     lifecycle reads reportedAt only to shift a changed lastActivity onto
-//     the API server's clock (which then passes) and, with the time of the
-//     runtime's managed-fields entry (ReportWrittenAt), to judge the
-//     report's freshness. A fresh report rewritten stays fresh: the
-//     reconcile already scheduled for when it would go stale
-//     (lifecycle.Judgement.NextCheck) reads the rewritten one from the
-//     cache. A report the controller has judged stale (its Active
-//     condition says RuntimeNotReporting) becomes fresh by the rewrite, so
-//     that rewrite passes.
+//     lifecycle reads reportedAt only with the time of the runtime's
+//     managed-fields entry (ReportWrittenAt), to shift lastActivity onto
+//     the API server's clock; a rewrite with the same lastActivity moves
+//     that shifted time only by the change of clock skew between the two
+//     writes. A report is never judged by its age (runtimes write only
+//     what changed; docs/protocol.md). A rewrite while the controller's
+//     Active condition says RuntimeNotReporting passes all the same.
 //
 // The filter does not rely on a runtime rewriting its report periodically:
 // it drops only rewrites, and passes every change. Updates whose

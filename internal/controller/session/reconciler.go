@@ -143,8 +143,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	result := ctrl.Result{RequeueAfter: a.RequeueAfter}
 	if next := rollout.Judge(o).NextCheck; !next.IsZero() {
-		// The clock alone changes the judgement then: a report goes stale,
-		// a cull or a lifetime deadline comes.
+		// The clock alone changes the judgement then: a cull or a
+		// lifetime deadline comes, a pod's grace for its first report ends.
 		if wait := next.Sub(o.Now) + time.Second/10; result.RequeueAfter == 0 || wait < result.RequeueAfter {
 			result.RequeueAfter = wait
 		}
@@ -448,8 +448,7 @@ func (r *Reconciler) blockedWith(ctx context.Context, s *lullv1.Session, pod *co
 	retry := NextRetry(since, now)
 	msg = fmt.Sprintf("%s; next try at %s", msg, retry.UTC().Format(time.RFC3339))
 	// The report is judged on the API server's clock here too: a runtime
-	// clock behind it must not make a blocked session's fresh report look
-	// stale.
+	// clock behind it must not make a blocked session look idle sooner.
 	o := rollout.Observed{Now: now, Session: s, Pod: pod, ReportWrittenAt: ReportWrittenAt(s)}
 	a := rollout.Action{Kind: rollout.Wait, Reason: reason, Message: msg}
 	if c := s.Status.Replacement; c != nil && pod != nil && c.PodUID == pod.UID {
