@@ -225,7 +225,7 @@ func TestAfterWatch(t *testing.T) {
 		{"410 Expired", expired, time.Minute, watchStep{fromNow, pauseNone}},
 		{"410 Gone", apierrors.NewGone("gone"), 0, watchStep{fromNow, pauseNone}},
 		{"too large resource version", tooLarge, 0, watchStep{fromNow, pauseNone}},
-		{"session deleted", errSessionDeleted, time.Minute, watchStep{fromRead, pauseBackoff}},
+		{"session deleted", errSessionDeleted, time.Minute, watchStep{fromNow, pauseBackoff}},
 	} {
 		if got := afterWatch(tc.err, tc.lived, timeout); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)

@@ -38,7 +38,7 @@ type fakeSession struct {
 	// watchTimeouts holds the timeout each watch asked for.
 	watchTimeouts []time.Duration
 	gets          int
-	reports  []*lullv1.RuntimeReport
+	reports       []*lullv1.RuntimeReport
 	// preconditions holds the resourceVersion precondition of every patch
 	// ("" for none).
 	preconditions []string
@@ -62,6 +62,10 @@ type fakeSession struct {
 	// one starts with the current Session as a MODIFIED event (the fake
 	// keeps only the latest version: the changes since, in one).
 	oldestWatchable int
+	// gone, when set, means the Session does not exist (deleted, not yet
+	// created again): Get answers NotFound and a watch from "" sends
+	// nothing until it is created (see deleteSession, createAgain).
+	gone bool
 }
 
 func newFakeSession() *fakeSession {
@@ -78,6 +82,9 @@ func (f *fakeSession) Get(context.Context) (*lullv1.Session, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.gets++
+	if f.gone {
+		return nil, apierrors.NewNotFound(schema.GroupResource{Group: "lull.dev", Resource: "sessions"}, f.session.Name)
+	}
 	if f.getErr != nil {
 		if err := f.getErr(); err != nil {
 			return nil, err
@@ -98,6 +105,7 @@ func (f *fakeSession) Watch(_ context.Context, rv string, timeout time.Duration)
 		status := apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %s (%d)", rv, f.oldestWatchable)).ErrStatus
 		w.Error(&status)
 		return w, nil
+	case rv == "" && f.gone:
 	case rv == "":
 		w.Add(f.session.DeepCopy())
 	case n < f.rv && !f.deaf:
@@ -182,6 +190,34 @@ func (f *fakeSession) update(change func(*lullv1.SessionStatus)) {
 	f.bump()
 	for _, w := range f.watchers {
 		w.Modify(f.session.DeepCopy())
+	}
+}
+
+// deleteSession deletes the Session: open watches get a DELETED event, and
+// until createAgain it does not exist.
+func (f *fakeSession) deleteSession() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.bump()
+	f.gone = true
+	for _, w := range f.watchers {
+		w.Delete(f.session.DeepCopy())
+	}
+}
+
+// createAgain creates a Session of the same name, with status st (as its
+// controller would write it), and sends it to open watches as ADDED.
+func (f *fakeSession) createAgain(uid types.UID, st lullv1.SessionStatus) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.bump()
+	f.gone = false
+	f.session = &lullv1.Session{
+		ObjectMeta: metav1.ObjectMeta{Name: f.session.Name, Namespace: f.session.Namespace, UID: uid, ResourceVersion: strconv.Itoa(f.rv)},
+		Status:     st,
+	}
+	for _, w := range f.watchers {
+		w.Add(f.session.DeepCopy())
 	}
 }
 

@@ -129,9 +129,10 @@ func (r *Runtime) getSession(ctx context.Context, b *backoff) *lullv1.Session {
 // applied). It keeps the last resourceVersion a watch delivered (in an event
 // or a bookmark) and, whenever a watch ends, watches again from there, so
 // no change is missed and nothing is read again: an idle runtime costs one
-// watch request per 30 to 60 minutes. It reads the Session again (Get) only
-// once it was deleted, and watches from the current state only when its
-// version is too old to watch from. It never lists.
+// watch request per 30 to 60 minutes. It watches from the current state
+// only when its version is too old to watch from, or once the Session was
+// deleted (the server sends a Session of that name when one exists again).
+// It never reads the Session again, and never lists.
 func (r *Runtime) watch(ctx context.Context, s *lullv1.Session) {
 	b := newReadBackoff()
 	rv := s.ResourceVersion
@@ -159,21 +160,16 @@ func (r *Runtime) watch(ctx context.Context, s *lullv1.Session) {
 		switch {
 		case step.pause == pauseBackoff:
 			r.log.Error("watching session failed; watching again", "err", err, "resourceVersion", rv, "retryIn", pause.Round(time.Millisecond))
+		case errors.Is(err, errSessionDeleted):
+			r.log.Info("session was deleted; watching for a session of that name")
 		case step.from == fromNow:
 			r.log.Info("session version too old to watch from; watching from the current state", "resourceVersion", rv, "err", err)
 		}
 		if !sleep(ctx, pause) {
 			return
 		}
-		switch step.from {
-		case fromNow:
+		if step.from == fromNow {
 			rv = ""
-		case fromRead:
-			if s = r.getSession(ctx, b); s == nil {
-				return
-			}
-			r.apply(s)
-			rv = s.ResourceVersion
 		}
 	}
 }
@@ -204,10 +200,9 @@ type watchFrom int
 const (
 	// fromLast: the last resourceVersion a watch delivered.
 	fromLast watchFrom = iota
-	// fromNow: the current state ("" : the server sends the Session first).
+	// fromNow: the current state ("": the server sends the Session first,
+	// if it exists, and when it is created otherwise).
 	fromNow
-	// fromRead: the version a new Get returns.
-	fromRead
 )
 
 // watchPause says how long to wait before the next watch.
@@ -233,8 +228,11 @@ type watchStep struct {
 // nil if the server closed it), how long it lived and the timeout it asked
 // for:
 //
-//   - the Session was deleted: read it again (it may be created again),
-//     after the backoff;
+//   - the Session was deleted: watch from the current state, after the
+//     backoff: a Session of that name, now or once it is created again,
+//     comes as the watch's first event. (Reading it again instead meant a
+//     GET retried every 10 s for as long as the pod outlives its Session,
+//     as after kubectl delete --cascade=orphan.);
 //   - its version is too old to watch from (410 Gone or Expired, after an
 //     API server restart) or newer than the server has (too large): watch
 //     from the current state, at once;
@@ -250,7 +248,7 @@ type watchStep struct {
 func afterWatch(err error, lived, timeout time.Duration) watchStep {
 	switch {
 	case errors.Is(err, errSessionDeleted):
-		return watchStep{from: fromRead, pause: pauseBackoff}
+		return watchStep{from: fromNow, pause: pauseBackoff}
 	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge):
 		return watchStep{from: fromNow, pause: pauseNone}
 	case err != nil, lived < minWatchLife:
