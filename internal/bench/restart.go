@@ -93,7 +93,7 @@ func RunRestart(ctx context.Context, env *localenv.Env, o RestartOptions) (_ Res
 	if err != nil {
 		return RestartResult{}, err
 	}
-	if _, err := scenario.WaitFor(ctx, c, o.Namespace, names, time.Second, o.Timeout, nil, scenario.Converged); err != nil {
+	if _, err := scenario.WaitFor(ctx, c, o.Namespace, names, time.Second, o.Timeout, startProgress(o.Out, start), scenario.Converged); err != nil {
 		return RestartResult{}, fmt.Errorf("sessions did not start: %w", err)
 	}
 	if err := waitSessions(ctx, c, o, "every runtime connected", connected); err != nil {
@@ -237,6 +237,18 @@ func waitSessions(ctx context.Context, c client.Client, o RestartOptions, what s
 		}
 		if serr := scenario.Sleep(ctx, time.Second); serr != nil {
 			return fmt.Errorf("%w waiting for %s: %v", serr, what, err)
+		}
+	}
+}
+
+// startProgress returns a WaitFor tick that prints how many sessions run,
+// every 10 s while it changes.
+func startProgress(out io.Writer, start time.Time) func(scenario.Fleet) {
+	last, printed := -1, time.Time{}
+	return func(f scenario.Fleet) {
+		if f.Current != last && time.Since(printed) >= 10*time.Second {
+			fmt.Fprintf(out, "%7.1fs starting: %d/%d sessions running\n", time.Since(start).Seconds(), f.Current, f.Sessions)
+			last, printed = f.Current, time.Now()
 		}
 	}
 }
