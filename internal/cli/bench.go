@@ -75,5 +75,6 @@ does).`,
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "limit for the sessions to start and for the rollout")
 	f.Var(&runtimes, "runtimes", "how session pods' runtimes run: fleet (a goroutine per pod in this process) or process (a host process per pod)")
 	f.StringVar(&stateDir, "state-dir", "", "directory for the cluster's state and logs, kept on exit (default: a new temp dir, removed on exit unless the run fails)")
+	cmd.AddCommand(newBenchRestartCommand())
 	return cmd
 }
