@@ -21,7 +21,7 @@ const (
 	// kwokNodeAnnotation marks the nodes kwok manages.
 	kwokNodeAnnotation = "kwok.x-k8s.io/node"
 	kwokNodeIP         = "10.0.0.1"
-	kwokPodCIDR        = "10.244.0.0/16" // room for the node's 1000 pods
+	kwokPodCIDR        = "10.244.0.0/16" // room for the node's 10,000 pods
 )
 
 // kwokStages are the Stage files (relative to the stage directory) kwok is
@@ -131,7 +131,9 @@ func (c *Cluster) node() *corev1.Node {
 	res := corev1.ResourceList{
 		corev1.ResourceCPU:    resource.MustParse("256"),
 		corev1.ResourceMemory: resource.MustParse("1Ti"),
-		corev1.ResourcePods:   resource.MustParse("1000"),
+		// Room for lull bench --sessions 5000 and the pods a rollout
+		// replaces at once.
+		corev1.ResourcePods: resource.MustParse("10000"),
 	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
