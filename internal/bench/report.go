@@ -116,7 +116,7 @@ func (r Result) Print(w io.Writer) (ok bool) {
 		r.ReportToDeleteRatio(), r.Sessions)
 	fmt.Fprintf(w, "  controller writes / session:     %.2f (plus %.2f Events)\n", writes, events)
 	for _, k := range sortedKeys(r.Writes) {
-		fmt.Fprintf(w, "      %-30s %6.0f  (%.2f / session)\n", k, r.Writes[k], r.Writes[k]/n)
+		fmt.Fprintf(w, "      %-36s %6.0f  (%.2f / session)\n", k, r.Writes[k], r.Writes[k]/n)
 	}
 	fmt.Fprintf(w, "  session status writes by reason: %s\n", byKey(r.StatusWrites))
 	fmt.Fprintf(w, "  controller work queue depth, max (sampled every 500ms): %s\n", byKey(r.QueueDepth))
