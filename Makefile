@@ -58,4 +58,4 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeReport -fuzztime 30s ./drain/
 
 bench: tools build
-	$(LULL) bench --sessions 200
+	$(LULL) bench --sessions 1000

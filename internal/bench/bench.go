@@ -1,29 +1,34 @@
-// Package bench measures a Drain rollout on the local control plane: many
-// sessions whose runtimes are idle (so each drains at once), one runtime
-// update, and the figures that say what the rollout cost: time to converge,
-// API writes the controller issued per replaced session, latency from a
-// runtime's Drained report to its pod's deletion, and the controller's peak
-// memory and CPU.
+// Package bench measures a Drain rollout on the local control plane, and
+// in the same run the floor it is judged against: many sessions whose
+// runtimes are idle (so each drains at once), one runtime update, and the
+// figures that say what the rollout cost, each beside the API server's
+// own floor: time to converge against a raw rollout of as many plain
+// StatefulSets, Drained report → delete latency against the API server's
+// write→watch latency, the controller's writes per replaced session, its
+// work queues, peak memory and CPU, and what idle, current sessions cost
+// in API requests afterwards.
 package bench
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"os"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/audit"
 	"lull.dev/lull/internal/localenv"
+	"lull.dev/lull/internal/manager"
 	"lull.dev/lull/internal/podprocess"
 	"lull.dev/lull/internal/scenario"
 )
@@ -32,11 +37,32 @@ import (
 type Options struct {
 	Namespace string
 	Sessions  int
-	Timeout   time.Duration
-	Out       io.Writer
+	// Timeout bounds each wait: the raw rollout's, the sessions' start,
+	// the rollout; zero means DefaultTimeout(Sessions).
+	Timeout time.Duration
+	// IdleWindow is how long the requests of idle, current sessions are
+	// counted after the rollout; at least a second.
+	IdleWindow time.Duration
+	// WatchWrites is how many sequential writes time the API server's
+	// write→watch floor; zero means 200.
+	WatchWrites int
+	Out         io.Writer
 	// Runtimes is how the runtimes ran (the environment's mode); it is
 	// printed with the figures.
 	Runtimes podprocess.Mode
+}
+
+// DefaultTimeout is the limit of each wait for n sessions: 10 minutes, or
+// 360 ms per session when that is longer (30 minutes for 5,000), so the
+// bench's own limit does not end a run that is only slow.
+func DefaultTimeout(n int) time.Duration {
+	return max(10*time.Minute, time.Duration(n)*360*time.Millisecond)
+}
+
+// Phase is one step of a run and how long it took.
+type Phase struct {
+	Name string
+	Took time.Duration
 }
 
 // Result holds the figures of one run.
@@ -47,6 +73,12 @@ type Result struct {
 	// Converge is from the template update to every session running a pod
 	// at its new revision.
 	Converge time.Duration
+	// Raw is the raw rollout of as many plain StatefulSets, measured
+	// before the sessions started.
+	Raw RawRollout
+	// WatchFloor are the API server's write→watch latencies of one object,
+	// sorted, measured while the sessions ran idle before the rollout.
+	WatchFloor []time.Duration
 	// Writes counts the controller's write requests (POST, PUT, PATCH,
 	// DELETE) during the rollout by "VERB resource".
 	Writes map[string]float64
@@ -54,105 +86,148 @@ type Result struct {
 	// the rollout reason that caused them.
 	StatusWrites map[string]float64
 	// ReportToDelete are the latencies from the first sight of a matching
-	// Drained report to the first sight of the pod's deletion.
+	// Drained report to the first sight of the pod's deletion, sorted.
 	ReportToDelete []time.Duration
+	// QueueDepth is the deepest each controller's work queue was
+	// (workqueue_depth, sampled every 500 ms during the rollout), by
+	// controller.
+	QueueDepth map[string]float64
+	// ReconcileTime and QueueWait are the controller's reconcile durations
+	// (controller_runtime_reconcile_time_seconds) and the time items
+	// waited in its work queues (workqueue_queue_duration_seconds) during
+	// the rollout and its settle, by controller.
+	ReconcileTime, QueueWait map[string]Histogram
 	// PeakRSS is the controller's peak resident set (VmHWM), bytes.
 	PeakRSS int64
 	// CPU is the controller's user+system CPU time during the rollout.
-	CPU        time.Duration
-	Violations []string
+	CPU time.Duration
+	// IdleWindow is how long idle requests were counted; IdleController
+	// the controller's requests in it by "VERB resource" (watches are
+	// GETs), IdleRuntimes the runtimes' (fleet mode only, else nil; a
+	// watch counts once, as WATCH, when opened).
+	IdleWindow                   time.Duration
+	IdleController, IdleRuntimes map[string]float64
+	Phases                       []Phase
+	Violations                   []string
 }
 
-// Run measures one rollout on env.
+// Run measures the floor and one rollout on env.
 func Run(ctx context.Context, env *localenv.Env, o Options) (_ Result, err error) {
 	defer func() { err = scenario.Interrupted(ctx, err) }()
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout(o.Sessions)
+	}
+	if o.WatchWrites == 0 {
+		o.WatchWrites = 200
+	}
+	if o.IdleWindow < time.Second {
+		return Result{}, fmt.Errorf("idle window %s: want at least 1s", o.IdleWindow)
+	}
 	out := o.Out
+	r := Result{Sessions: o.Sessions, Runtimes: o.Runtimes, IdleWindow: o.IdleWindow}
+	phase := func(name string, since time.Time) { r.Phases = append(r.Phases, Phase{name, time.Since(since)}) }
 	c, err := scenario.NewClient(env.Cluster.Config)
 	if err != nil {
-		return Result{}, err
+		return r, err
 	}
+	cs, err := fastClientset(env.Cluster.Config)
+	if err != nil {
+		return r, err
+	}
+
+	// The raw rollout first, on a cluster that holds nothing else: its
+	// pods and lull's never share the node, and it is gone before lull's
+	// sessions start.
+	start := time.Now()
+	if r.Raw, err = measureRawRollout(ctx, cs, o.Namespace+"-floor", o.Sessions, o.Timeout, out); err != nil {
+		return r, err
+	}
+	phase("raw rollout floor", start)
+
 	auditor, err := audit.Start(ctx, env.Cluster.Config)
 	if err != nil {
-		return Result{}, err
+		return r, err
+	}
+	viewCtx, stopView := context.WithCancel(ctx)
+	defer stopView()
+	view, err := watchNamespace(viewCtx, env.Cluster.Config, o.Namespace)
+	if err != nil {
+		return r, err
 	}
 	// Turns of zero length, a long pause between them: an idle runtime,
 	// which drains as soon as it is asked.
 	tmpl := scenario.Template(o.Namespace, "bench", "example.com/lull/turnrunner:v1", "--turn-min=0s", "--turn-max=0s", "--think-max=1h")
-	start := time.Now()
-	names, err := scenario.Launch(ctx, c, tmpl, "b", o.Sessions)
+	start = time.Now()
+	names, err := launch(ctx, c, tmpl, o.Sessions)
 	if err != nil {
-		return Result{}, err
+		return r, err
 	}
-	before, err := scenario.WaitFor(ctx, c, o.Namespace, names, time.Second, o.Timeout, progress(out, "starting", start, nil), scenario.Converged)
+	before, err := scenario.WaitFor(ctx, view, o.Namespace, names, time.Second, o.Timeout, progress(out, "starting", start, nil), scenario.Converged)
 	if errors.Is(err, scenario.ErrInterrupted) {
-		return Result{}, fmt.Errorf("start of the sessions %w", err)
+		return r, fmt.Errorf("start of the sessions %w", err)
 	} else if err != nil {
-		return Result{}, fmt.Errorf("sessions did not start: %w", err)
+		return r, fmt.Errorf("sessions did not start: %w", err)
 	}
-	if err := waitReported(ctx, c, o.Namespace, names, before, o.Timeout); err != nil {
-		return Result{}, err
+	if err := waitReported(ctx, view, o.Namespace, names, before, o.Timeout); err != nil {
+		return r, err
 	}
 	fmt.Fprintf(out, "%d sessions running, every runtime connected (%s)\n", o.Sessions, time.Since(start).Round(time.Second))
+	phase("start of sessions", start)
+
+	start = time.Now()
+	if r.WatchFloor, err = watchFloor(ctx, cs, o.Namespace, o.WatchWrites); err != nil {
+		return r, err
+	}
+	phase("write→watch floor", start)
 
 	pid := env.ControllerPID()
-	writes0, err := scrapeWrites(env.MetricsURL())
+	m0, err := scrapeMetrics(env.MetricsURL())
 	if err != nil {
-		return Result{}, err
-	}
-	status0, err := scrapeCounter(env.MetricsURL(), "lull_session_status_writes_total", "reason")
-	if err != nil {
-		return Result{}, err
+		return r, err
 	}
 	cpu0, err := cpuTime(pid)
 	if err != nil {
-		return Result{}, err
+		return r, err
 	}
+	depth := sampleQueueDepth(env.MetricsURL(), 500*time.Millisecond)
 	start = time.Now()
 	if err := scenario.SetImage(ctx, c, o.Namespace, "bench", "example.com/lull/turnrunner:v2"); err != nil {
-		return Result{}, err
+		depth.stop()
+		return r, err
 	}
-	if _, err := scenario.WaitFor(ctx, c, o.Namespace, names, 250*time.Millisecond, o.Timeout, progress(out, "rolling out", start, &before), scenario.MovedFrom(before)); errors.Is(err, scenario.ErrInterrupted) {
-		return Result{}, fmt.Errorf("rollout %w", err)
+	_, err = scenario.WaitFor(ctx, view, o.Namespace, names, 250*time.Millisecond, o.Timeout, progress(out, "rolling out", start, &before), scenario.MovedFrom(before))
+	r.Converge = time.Since(start)
+	r.QueueDepth = depth.stop()
+	if errors.Is(err, scenario.ErrInterrupted) {
+		return r, fmt.Errorf("rollout %w", err)
 	} else if err != nil {
-		return Result{}, fmt.Errorf("rollout did not converge: %w", err)
+		return r, fmt.Errorf("rollout did not converge: %w", err)
 	}
-	r := Result{Sessions: o.Sessions, Runtimes: o.Runtimes, Converge: time.Since(start)}
+	phase("rollout", start)
 	// Let the last reconciles (status of the new pods) land before reading
 	// the counters: they are part of the rollout's cost.
 	if err := scenario.Sleep(ctx, 3*time.Second); err != nil {
-		return Result{}, err
+		return r, err
 	}
-	writes1, err := scrapeWrites(env.MetricsURL())
+	m1, err := scrapeMetrics(env.MetricsURL())
 	if err != nil {
-		return Result{}, err
-	}
-	status1, err := scrapeCounter(env.MetricsURL(), "lull_session_status_writes_total", "reason")
-	if err != nil {
-		return Result{}, err
-	}
-	r.StatusWrites = map[string]float64{}
-	for k, v := range status1 {
-		if d := v - status0[k]; d > 0 {
-			r.StatusWrites[k] = d
-		}
+		return r, err
 	}
 	cpu1, err := cpuTime(pid)
 	if err != nil {
-		return Result{}, err
+		return r, err
 	}
 	r.CPU = cpu1 - cpu0
-	r.Writes = map[string]float64{}
-	for k, v := range writes1 {
-		if d := v - writes0[k]; d > 0 {
-			r.Writes[k] = d
-		}
-	}
+	r.Writes = delta(writes(m1), writes(m0))
+	r.StatusWrites = delta(m1.Sum("lull_session_status_writes_total", "reason"), m0.Sum("lull_session_status_writes_total", "reason"))
+	r.ReconcileTime = histogramDelta(m1, m0, "controller_runtime_reconcile_time_seconds", "controller")
+	r.QueueWait = histogramDelta(m1, m0, "workqueue_queue_duration_seconds", "controller")
 	if r.PeakRSS, err = peakRSS(pid); err != nil {
-		return Result{}, err
+		return r, err
 	}
 	rep, err := auditor.Check(env.Runner.JournalDir(), o.Namespace)
 	if err != nil {
-		return Result{}, err
+		return r, err
 	}
 	r.Violations = rep.Violations
 	for _, d := range rep.Deletions {
@@ -162,12 +237,102 @@ func Run(ctx context.Context, env *localenv.Env, o Options) (_ Result, err error
 		}
 	}
 	sort.Slice(r.ReportToDelete, func(i, j int) bool { return r.ReportToDelete[i] < r.ReportToDelete[j] })
+
+	start = time.Now()
+	fmt.Fprintf(out, "counting the requests of %d idle, current sessions for %s\n", o.Sessions, o.IdleWindow)
+	if r.IdleController, r.IdleRuntimes, err = idleRequests(ctx, env, o.IdleWindow); err != nil {
+		return r, err
+	}
+	phase("idle window", start)
 	return r, nil
+}
+
+// launch is scenario.Launch with the sessions created by rawWorkers at
+// once: one by one, 1,000 creates took most of a minute on a loaded API
+// server.
+func launch(ctx context.Context, c client.Client, t *lullv1.SessionTemplate, n int) ([]string, error) {
+	if err := scenario.EnsureNamespace(ctx, c, t.Namespace); err != nil {
+		return nil, err
+	}
+	if err := c.Create(ctx, t); err != nil {
+		return nil, fmt.Errorf("create SessionTemplate %s: %w", t.Name, err)
+	}
+	names := make([]string, n)
+	err := forEach(ctx, n, func(i int) error {
+		names[i] = fmt.Sprintf("b-%d", i)
+		s := &lullv1.Session{
+			ObjectMeta: metav1.ObjectMeta{Namespace: t.Namespace, Name: names[i]},
+			Spec:       lullv1.SessionSpec{TemplateRef: lullv1.TemplateReference{Name: t.Name}},
+		}
+		if err := c.Create(ctx, s); err != nil {
+			return fmt.Errorf("create session %s: %w", names[i], err)
+		}
+		return nil
+	})
+	return names, err
+}
+
+// idleRequests counts the controller's and the fleet runtimes' API
+// requests during window.
+func idleRequests(ctx context.Context, env *localenv.Env, window time.Duration) (ctrl, runtimes map[string]float64, err error) {
+	m0, err := scrapeMetrics(env.MetricsURL())
+	if err != nil {
+		return nil, nil, err
+	}
+	rt0 := env.Runner.RuntimeRequests()
+	if err := scenario.Sleep(ctx, window); err != nil {
+		return nil, nil, err
+	}
+	m1, err := scrapeMetrics(env.MetricsURL())
+	if err != nil {
+		return nil, nil, err
+	}
+	ctrl = delta(requests(m1, nil), requests(m0, nil))
+	if rt1 := env.Runner.RuntimeRequests(); rt1 != nil {
+		runtimes = map[string]float64{}
+		for k, v := range rt1 {
+			if d := v - rt0[k]; d > 0 {
+				runtimes[k] = float64(d)
+			}
+		}
+	}
+	return ctrl, runtimes, nil
+}
+
+// fastClientset is a clientset for the floor: a client limited only by the
+// API server.
+func fastClientset(cfg *rest.Config) (kubernetes.Interface, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 5000, 5000
+	return kubernetes.NewForConfig(cfg)
+}
+
+// watchNamespace returns a cache of the Sessions, StatefulSets and pods of
+// ns, kept by watches: the fleet is observed every 250 ms, and lists of
+// thousands of objects at that pace would load the API server whose
+// rollout is being timed (the raw rollout is observed the same way).
+func watchNamespace(ctx context.Context, cfg *rest.Config, ns string) (client.Reader, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 200, 400
+	c, err := cache.New(cfg, cache.Options{Scheme: manager.Scheme(), DefaultNamespaces: map[string]cache.Config{ns: {}}})
+	if err != nil {
+		return nil, err
+	}
+	go func() { _ = c.Start(ctx) }()
+	for _, obj := range []client.Object{&lullv1.Session{}, &appsv1.StatefulSet{}, &corev1.Pod{}} {
+		if _, err := c.GetInformer(ctx, obj); err != nil {
+			return nil, fmt.Errorf("watch %T in %s: %w", obj, ns, err)
+		}
+	}
+	if !c.WaitForCacheSync(ctx) {
+		return nil, fmt.Errorf("watch %s: caches not synced: %w", ns, ctx.Err())
+	}
+	return c, nil
 }
 
 // waitReported waits until every session's runtime has reported for its
 // current pod: the runtimes are connected and watching.
-func waitReported(ctx context.Context, c client.Client, ns string, names []string, f scenario.Fleet, timeout time.Duration) error {
+func waitReported(ctx context.Context, c client.Reader, ns string, names []string, f scenario.Fleet, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		var list lullv1.SessionList
@@ -210,183 +375,4 @@ func progress(out io.Writer, what string, start time.Time, before *scenario.Flee
 			last = line
 		}
 	}
-}
-
-// sample is one line of a counter vector on /metrics.
-type sample struct {
-	labels map[string]string
-	value  float64
-}
-
-// scrape reads every sample of the counter name from a Prometheus text
-// endpoint.
-func scrape(url, name string) ([]sample, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var out []sample
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), name+"{")
-		if !ok {
-			continue
-		}
-		labels, value, _ := strings.Cut(rest, "} ")
-		n, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		smp := sample{labels: map[string]string{}, value: n}
-		for _, kv := range strings.Split(labels, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			smp.labels[k] = strings.Trim(v, `"`)
-		}
-		out = append(out, smp)
-	}
-	return out, sc.Err()
-}
-
-// scrapeWrites returns the controller's write requests from
-// lull_controller_api_requests_total, by "VERB resource", with " (code)"
-// added for refused requests.
-func scrapeWrites(url string) (map[string]float64, error) {
-	samples, err := scrape(url, "lull_controller_api_requests_total")
-	out := map[string]float64{}
-	for _, smp := range samples {
-		switch smp.labels["verb"] {
-		case "POST", "PUT", "PATCH", "DELETE":
-		default:
-			continue
-		}
-		key := smp.labels["verb"] + " " + smp.labels["resource"]
-		if !strings.HasPrefix(smp.labels["code"], "2") {
-			key += " (" + smp.labels["code"] + ")"
-		}
-		out[key] += smp.value
-	}
-	return out, err
-}
-
-// scrapeCounter sums a counter vector by one label.
-func scrapeCounter(url, name, label string) (map[string]float64, error) {
-	samples, err := scrape(url, name)
-	out := map[string]float64{}
-	for _, smp := range samples {
-		out[smp.labels[label]] += smp.value
-	}
-	return out, err
-}
-
-// peakRSS returns a process's VmHWM in bytes.
-func peakRSS(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb * 1024, err
-		}
-	}
-	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
-}
-
-// cpuTime returns a process's user+system CPU time from /proc/<pid>/stat
-// (fields 14 and 15, in clock ticks of 1/100 s).
-func cpuTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) may hold spaces; fields resume after ')'.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
-	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
-}
-
-func byKey(m map[string]float64) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s %.0f", k, m[k])
-	}
-	return strings.Join(parts, ", ")
-}
-
-// Percentile returns the p-th percentile (0–100) of sorted durations, by
-// the nearest-rank method.
-func Percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := int(p/100*float64(len(sorted))+0.999999) - 1
-	return sorted[min(max(rank, 0), len(sorted)-1)]
-}
-
-// Print writes the figures and checks them against the targets.
-func (r Result) Print(w io.Writer) (ok bool) {
-	total := 0.0
-	keys := make([]string, 0, len(r.Writes))
-	for k, v := range r.Writes {
-		keys = append(keys, k)
-		total += v
-	}
-	sort.Strings(keys)
-	events := 0.0
-	for k, v := range r.Writes {
-		if strings.HasSuffix(strings.Fields(k)[1], "events") {
-			events += v
-		}
-	}
-	perSession := (total - events) / float64(max(r.Replaced, 1))
-	p50, p99 := Percentile(r.ReportToDelete, 50), Percentile(r.ReportToDelete, 99)
-	fmt.Fprintf(w, "\nrollout of %d sessions (Drain, idle runtimes, %s mode)\n", r.Sessions, r.Runtimes)
-	fmt.Fprintf(w, "  pods replaced:                 %d\n", r.Replaced)
-	fmt.Fprintf(w, "  time to converge:              %s\n", r.Converge.Round(100*time.Millisecond))
-	fmt.Fprintf(w, "  controller writes / session:   %.2f (plus %.2f Events)\n", perSession, events/float64(max(r.Replaced, 1)))
-	for _, k := range keys {
-		fmt.Fprintf(w, "      %-28s %6.0f  (%.2f / session)\n", k, r.Writes[k], r.Writes[k]/float64(max(r.Replaced, 1)))
-	}
-	fmt.Fprintf(w, "  session status writes by reason: %s\n", byKey(r.StatusWrites))
-	fmt.Fprintf(w, "  Drained report → delete:       p50 %s, p99 %s, max %s (n=%d)\n", p50.Round(time.Millisecond), p99.Round(time.Millisecond),
-		Percentile(r.ReportToDelete, 100).Round(time.Millisecond), len(r.ReportToDelete))
-	fmt.Fprintf(w, "  controller peak RSS:           %.1f MiB\n", float64(r.PeakRSS)/(1<<20))
-	fmt.Fprintf(w, "  controller CPU during rollout: %s\n", r.CPU)
-	for _, v := range r.Violations {
-		fmt.Fprintf(w, "  VIOLATION: %s\n", v)
-	}
-	checks := []struct {
-		name string
-		ok   bool
-	}{
-		{"p99 report-to-delete < 1s", p99 < time.Second},
-		// A drained replacement costs a DELETE, a PATCH of the StatefulSet
-		// and three status patches (request, commitment, new pod running):
-		// 5, plus the template's status and the odd conflict.
-		{"≤ 5.25 controller writes per replaced session", perSession <= 5.25},
-		{"converge in < 90s", r.Converge < 90*time.Second},
-		{"every session replaced", r.Replaced >= r.Sessions},
-		{"no protocol violation", len(r.Violations) == 0},
-	}
-	ok = true
-	fmt.Fprintf(w, "targets\n")
-	for _, c := range checks {
-		mark := "met"
-		if !c.ok {
-			mark, ok = "MISSED", false
-		}
-		fmt.Fprintf(w, "  %-44s %s\n", c.name, mark)
-	}
-	return ok
 }

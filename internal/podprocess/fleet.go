@@ -75,6 +75,18 @@ type Invocation struct {
 	Transport http.RoundTripper
 }
 
+// RuntimeRequests returns how many API requests the in-process runtimes
+// (ModeFleet) have sent through their shared transport since the runner
+// was made, by "VERB resource" (see requestmetrics.Tally: a watch counts
+// once, as WATCH, when it is opened); nil in ModeProcess, whose runtimes'
+// requests this process does not see.
+func (r *Runner) RuntimeRequests() map[string]int64 {
+	if r.requests == nil {
+		return nil
+	}
+	return r.requests.Counts()
+}
+
 // exitError is how an in-process runtime ended on its own, as a process's
 // exit status.
 type exitError struct {

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/requestmetrics"
 )
 
 // EnvJournal names the file a runtime started by the runner may append its
@@ -68,8 +69,9 @@ type Runner struct {
 	opts   Options
 	client kubernetes.Interface
 	// transport carries the API requests of every in-process runtime
-	// (ModeFleet); nil otherwise.
+	// (ModeFleet); nil otherwise. requests counts them.
 	transport http.RoundTripper
+	requests  *requestmetrics.Tally
 
 	// Restart back-off: the first delay, its cap, and how long a restarted
 	// process must stay up to count as running.
@@ -172,6 +174,8 @@ func New(opts Options) (*Runner, error) {
 		if r.transport, err = sharedTransport(opts.Server, opts.CAFile); err != nil {
 			return nil, err
 		}
+		r.requests = requestmetrics.NewTally()
+		r.transport = r.requests.Wrap(r.transport)
 	}
 	return r, nil
 }

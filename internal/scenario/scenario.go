@@ -109,8 +109,10 @@ type Pod struct {
 // Converged reports whether every session is current.
 func (f Fleet) Converged() bool { return f.Current == f.Sessions }
 
-// Observe reads the fleet's state.
-func Observe(ctx context.Context, c client.Client, ns string, names []string) (Fleet, error) {
+// Observe reads the fleet's state from c: the API server, or a cache of
+// it where reading thousands of objects at every poll would load the API
+// server being measured.
+func Observe(ctx context.Context, c client.Reader, ns string, names []string) (Fleet, error) {
 	f := Fleet{Sessions: len(names), Revisions: map[string]int{}, Pods: map[string]Pod{}}
 	var sets appsv1.StatefulSetList
 	if err := c.List(ctx, &sets, client.InNamespace(ns), client.HasLabels{lullv1.LabelSession}); err != nil {
@@ -161,7 +163,7 @@ var ErrInterrupted = errors.New("interrupted")
 // WaitFor polls the fleet every interval until done returns true, calling
 // tick with each observation; it fails after timeout, or with
 // ErrInterrupted once ctx is canceled.
-func WaitFor(ctx context.Context, c client.Client, ns string, names []string, interval, timeout time.Duration, tick func(Fleet), done func(Fleet) bool) (Fleet, error) {
+func WaitFor(ctx context.Context, c client.Reader, ns string, names []string, interval, timeout time.Duration, tick func(Fleet), done func(Fleet) bool) (Fleet, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {

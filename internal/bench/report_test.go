@@ -1,0 +1,118 @@
+package bench
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"lull.dev/lull/internal/podprocess"
+)
+
+// passing is a run of 1,000 sessions that meets every target.
+func passing() Result {
+	return Result{
+		Sessions: 1000, Replaced: 1000, Runtimes: podprocess.ModeFleet,
+		Converge:       25 * time.Second,
+		Raw:            RawRollout{Sets: 1000, Rollout: 20 * time.Second},
+		WatchFloor:     []time.Duration{2 * time.Millisecond, 5 * time.Millisecond},
+		ReportToDelete: []time.Duration{100 * time.Millisecond, 900 * time.Millisecond},
+		Writes:         map[string]float64{"DELETE pods": 1000, "PATCH statefulsets": 1000, "PATCH sessions/status": 1000, "POST events": 3000},
+		PeakRSS:        29 << 20,
+		IdleWindow:     time.Minute,
+		IdleController: map[string]float64{},
+		IdleRuntimes:   map[string]float64{},
+	}
+}
+
+func missed(r Result) []string {
+	var out []string
+	for _, t := range r.Targets() {
+		if !t.Met {
+			out = append(out, t.Name)
+		}
+	}
+	return out
+}
+
+func TestTargetsAllMet(t *testing.T) {
+	if m := missed(passing()); len(m) != 0 {
+		t.Errorf("missed %v", m)
+	}
+	var out bytes.Buffer
+	if !passing().Print(&out) {
+		t.Errorf("Print reported a miss:\n%s", out.String())
+	}
+	for _, want := range []string{"converge ÷ raw rollout:          1.25", "report→delete p99 ÷ write→watch p99: 180.0", "3.00 (plus 3.00 Events)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("printout lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestTargetsEachMissed(t *testing.T) {
+	for name, c := range map[string]struct {
+		change func(*Result)
+		want   string
+	}{
+		"slower than 1.25× raw":    {func(r *Result) { r.Converge = 25*time.Second + time.Millisecond }, "rollout ≤ 1.25× raw rollout"},
+		"no raw rollout timed":     {func(r *Result) { r.Raw.Rollout = 0 }, "rollout ≤ 1.25× raw rollout"},
+		"report→delete p99 > 1s":   {func(r *Result) { r.ReportToDelete[1] = 1001 * time.Millisecond }, "Drained report → delete p99 ≤ 1s"},
+		"no Drained report":        {func(r *Result) { r.ReportToDelete = nil }, "Drained report → delete p99 ≤ 1s"},
+		"a fourth write":           {func(r *Result) { r.Writes["PATCH sessions/status (409)"] = 1 }, "≤ 3 controller writes per replaced session"},
+		"RSS over budget":          {func(r *Result) { r.PeakRSS = 30<<20 + 1 }, "controller peak RSS ≤ 30.0 MiB (30 MiB × max(N,1000)/1000)"},
+		"a controller idle GET":    {func(r *Result) { r.IdleController["GET pods"] = 1 }, "controller idle requests 0 /min/session"},
+		"a runtime idle heartbeat": {func(r *Result) { r.IdleRuntimes["PATCH sessions/status"] = 1000 }, "runtime idle requests 0 /min/session"},
+		"a session not replaced":   {func(r *Result) { r.Replaced, r.Writes = 999, map[string]float64{"DELETE pods": 999} }, "every session replaced"},
+		"a protocol violation":     {func(r *Result) { r.Violations = []string{"x"} }, "no protocol violation"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := passing()
+			c.change(&r)
+			if m := missed(r); len(m) != 1 || m[0] != c.want {
+				t.Errorf("missed %q, want only %q", m, c.want)
+			}
+			var out bytes.Buffer
+			if r.Print(&out) {
+				t.Error("Print reported every target met")
+			}
+			if !strings.Contains(out.String(), "MISSED") {
+				t.Errorf("printout does not say MISSED:\n%s", out.String())
+			}
+		})
+	}
+}
+
+func TestRuntimeIdleTargetOnlyWhenCounted(t *testing.T) {
+	r := passing()
+	r.IdleRuntimes, r.Runtimes = nil, podprocess.ModeProcess
+	for _, tg := range r.Targets() {
+		if strings.HasPrefix(tg.Name, "runtime idle") {
+			t.Errorf("runtime idle target judged without a count: %+v", tg)
+		}
+	}
+}
+
+func TestIdlePerMinutePerSession(t *testing.T) {
+	r := passing()
+	r.IdleWindow = 30 * time.Second
+	// 1,000 refresh patches in half a minute from 1,000 sessions: 2 a
+	// minute each.
+	if got := r.IdlePerMinute(map[string]float64{"PATCH sessions/status": 600, "WATCH sessions": 400}); got != 2 {
+		t.Errorf("%v /min/session, want 2", got)
+	}
+}
+
+func TestRSSBudget(t *testing.T) {
+	for n, want := range map[int]int64{20: 30 << 20, 1000: 30 << 20, 5000: 150 << 20} {
+		if got := RSSBudget(n); got != want {
+			t.Errorf("RSSBudget(%d) = %d, want %d", n, got, want)
+		}
+	}
+}
+
+func TestDefaultTimeoutScales(t *testing.T) {
+	if DefaultTimeout(200) != 10*time.Minute || DefaultTimeout(5000) != 30*time.Minute {
+		t.Errorf("DefaultTimeout(200) = %s, (5000) = %s", DefaultTimeout(200), DefaultTimeout(5000))
+	}
+}
