@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
@@ -109,5 +110,52 @@ func TestRefusedStatusWriteRetriesAtItsPriority(t *testing.T) {
 	}
 	if result.Priority != nil {
 		t.Errorf("result priority %d, want none (the item's own, AdmittedPriority)", *result.Priority)
+	}
+}
+
+// A runtime earns DrainedPriority once per drain request. A runtime that
+// flips its report between Draining and Drained for the same request (a
+// protocol violation: Drained seals it until the request is withdrawn)
+// would otherwise send its session ahead of every other session on each
+// flip, and a handful of such runtimes would keep every worker of the
+// controller for themselves. A later flip queues as any other event:
+// behind a session queued before it.
+func TestDrainedPriorityOncePerRequest(t *testing.T) {
+	q := priorityqueue.New[reconcile.Request]("test")
+	defer q.ShutDown()
+	h := &sessionEvents{}
+	ctx := context.Background()
+	flip := func(rv string, from, to lullv1.RuntimeState) {
+		old, cur := draining(rv, from), draining(rv+"0", to)
+		h.Update(ctx, event.UpdateEvent{ObjectOld: old, ObjectNew: cur}, q)
+	}
+	flip("1", lullv1.RuntimeDraining, lullv1.RuntimeDrained)
+	if item, p, _ := q.GetWithPriority(); item.Name != "s" || p != DrainedPriority {
+		t.Fatalf("first Drained report: %s at %d, want s at DrainedPriority", item.Name, p)
+	} else {
+		q.Done(item)
+	}
+	flip("2", lullv1.RuntimeDrained, lullv1.RuntimeDraining)
+	if item, _, _ := q.GetWithPriority(); item.Name != "s" {
+		t.Fatalf("got %s, want s", item.Name)
+	} else {
+		q.Done(item)
+	}
+	q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "other"}})
+	flip("3", lullv1.RuntimeDraining, lullv1.RuntimeDrained) // the same request, Drained again
+	for _, want := range []string{"other", "s"} {
+		item, p, _ := q.GetWithPriority()
+		if item.Name != want {
+			t.Errorf("got %s at priority %d, want %s: the flipped report jumps the queue again", item.Name, p, want)
+		}
+		q.Done(item)
+	}
+	// The session's next request earns the priority again.
+	old, cur := draining("4", lullv1.RuntimeDraining), draining("5", lullv1.RuntimeDrained)
+	cur.Status.Drain.RequestID, cur.Status.Runtime.RequestID = "update-00000000000000a2", "update-00000000000000a2"
+	old.Status.Drain.RequestID = "update-00000000000000a2"
+	h.Update(ctx, event.UpdateEvent{ObjectOld: old, ObjectNew: cur}, q)
+	if item, p, _ := q.GetWithPriority(); p != DrainedPriority {
+		t.Errorf("the next request's Drained report: %s at %d, want DrainedPriority", item.Name, p)
 	}
 }
