@@ -195,7 +195,7 @@ func Run(ctx context.Context, env *localenv.Env, o Options) (_ Result, err error
 		depth.stop()
 		return r, err
 	}
-	_, err = scenario.WaitFor(ctx, view, o.Namespace, names, 250*time.Millisecond, o.Timeout, progress(out, "rolling out", start, &before), scenario.MovedFrom(before))
+	after, err := scenario.WaitFor(ctx, view, o.Namespace, names, 250*time.Millisecond, o.Timeout, progress(out, "rolling out", start, &before), scenario.MovedFrom(before))
 	r.Converge = time.Since(start)
 	r.QueueDepth = depth.stop()
 	if errors.Is(err, scenario.ErrInterrupted) {
@@ -204,11 +204,18 @@ func Run(ctx context.Context, env *localenv.Env, o Options) (_ Result, err error
 		return r, fmt.Errorf("rollout did not converge: %w", err)
 	}
 	phase("rollout", start)
-	// Let the last reconciles (status of the new pods) land before reading
-	// the counters: they are part of the rollout's cost.
-	if err := scenario.Sleep(ctx, 3*time.Second); err != nil {
-		return r, err
+	// The last writes (the status of each new pod once its runtime has
+	// reported) are part of the rollout's cost, and must not be counted
+	// as the cost of idle sessions: wait for every new runtime's report,
+	// then for the controller to be quiet.
+	start = time.Now()
+	if err := waitReported(ctx, view, o.Namespace, names, after, o.Timeout); err != nil {
+		return r, fmt.Errorf("after the rollout: %w", err)
 	}
+	if err := waitQuiet(ctx, env.MetricsURL(), quietFor, o.Timeout); err != nil {
+		return r, fmt.Errorf("after the rollout: %w", err)
+	}
+	phase("settle", start)
 	m1, err := scrapeMetrics(env.MetricsURL())
 	if err != nil {
 		return r, err
@@ -271,6 +278,11 @@ func launch(ctx context.Context, c client.Client, t *lullv1.SessionTemplate, n i
 	})
 	return names, err
 }
+
+// quietFor is how long the controller must have written nothing before a
+// rollout counts as settled: twice session.SettleDelay, after which a
+// passing state is written.
+const quietFor = 10 * time.Second
 
 // idleRequests counts the controller's and the fleet runtimes' API
 // requests during window.

@@ -248,6 +248,25 @@ const conflictRetry = 200 * time.Millisecond
 // it is written to status.
 const SettleDelay = 5 * time.Second
 
+// ReplacingSettleDelay is SettleDelay for a session whose status records a
+// committed replacement (status.replacement): its status already says the
+// pod is being replaced, and the states a replacement passes through (the
+// old pod terminating, the new one pending, its runtime not yet reported)
+// are written only if one lasts this long. On a loaded control plane each
+// of them often outlasts 5 s, and writing each cost a fleet of 1,000
+// sessions about 1.4 status writes per replaced session
+// (docs/benchmarks.md). A pod stuck terminating is not a passing state
+// and shows at once.
+const ReplacingSettleDelay = 30 * time.Second
+
+// settleDelay is how long the passing state of o must last to be written.
+func settleDelay(o rollout.Observed) time.Duration {
+	if o.Session.Status.Replacement != nil {
+		return ReplacingSettleDelay
+	}
+	return SettleDelay
+}
+
 // settle returns how long to wait before a passing state may be written, or
 // 0 when the status should be written now.
 func (r *Reconciler) settle(key types.NamespacedName, o rollout.Observed, a rollout.Action) time.Duration {
@@ -262,7 +281,7 @@ func (r *Reconciler) settle(key types.NamespacedName, o rollout.Observed, a roll
 		return 0
 	}
 	since := r.passing.since(key.String(), a.Reason, o.Now)
-	return since.Add(SettleDelay).Sub(o.Now)
+	return since.Add(settleDelay(o)).Sub(o.Now)
 }
 
 // related returns the pod as an Event's related object; a nil *Pod must not
