@@ -147,6 +147,29 @@ func ExpiringAdmissions(wave []lullv1.WaveEntry, sessions []lullv1.Session, now 
 	return out
 }
 
+// NextAdmissionLapse returns when the earliest admission of wave that no
+// drain request has taken up (on what sessions show) lapses
+// (UnusedAdmissionTTL), zero if none: when the template must plan its wave
+// again. Nothing else need happen by then (an idle fleet writes nothing),
+// and the place it holds would otherwise stay taken until a resync.
+func NextAdmissionLapse(wave []lullv1.WaveEntry, sessions []lullv1.Session) time.Time {
+	byName := map[string]*lullv1.Session{}
+	for i := range sessions {
+		byName[sessions[i].Name] = &sessions[i]
+	}
+	var next time.Time
+	for _, e := range wave {
+		s := byName[e.Session]
+		if s == nil || s.Status.DrainSequence >= e.Sequence {
+			continue // released at the next plan, or taken up
+		}
+		if at := e.AdmittedAt.Add(UnusedAdmissionTTL); next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return next
+}
+
 // settled: nothing of a move is outstanding and the session is Ready.
 func settled(s *lullv1.Session) bool {
 	return s.Status.Drain == nil && s.Status.Replacement == nil && meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionReady)

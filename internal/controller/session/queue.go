@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -38,20 +39,57 @@ const AdmittedPriority = 50
 // sessionEvents enqueues the Session an event is about, as
 // handler.EnqueueRequestForObject does (with its priorities: low for the
 // initial list and for resyncs), except that an update carrying a newly
-// matching Drained report (NewlyDrained) is added with DrainedPriority.
+// matching Drained report (NewlyDrained) is added with DrainedPriority,
+// once per drain request.
 type sessionEvents struct {
 	handler.EnqueueRequestForObject
+
+	mu sync.Mutex
+	// prioritized holds, by session, the drain request whose Drained
+	// report was last given DrainedPriority. A runtime that flips its
+	// report between Draining and Drained for one request (a protocol
+	// violation: Drained seals it) would otherwise send its session ahead
+	// of every other on each flip, and a few such runtimes would hold
+	// every worker. One entry per session that drained; dropped with the
+	// Session.
+	prioritized map[types.NamespacedName]string
 }
 
 // Update implements handler.EventHandler.
 func (h *sessionEvents) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	old, okOld := e.ObjectOld.(*lullv1.Session)
 	cur, okNew := e.ObjectNew.(*lullv1.Session)
-	if !okOld || !okNew || !NewlyDrained(old, cur) {
+	if !okOld || !okNew || !NewlyDrained(old, cur) || !h.firstDrained(cur) {
 		h.EnqueueRequestForObject.Update(ctx, e, q)
 		return
 	}
 	addWithPriority(q, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: cur.Namespace, Name: cur.Name}}, DrainedPriority)
+}
+
+// firstDrained records that s's drain request is given DrainedPriority,
+// and reports whether it had not been yet.
+func (h *sessionEvents) firstDrained(s *lullv1.Session) bool {
+	key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.prioritized[key] == s.Status.Drain.RequestID {
+		return false
+	}
+	if h.prioritized == nil {
+		h.prioritized = map[types.NamespacedName]string{}
+	}
+	h.prioritized[key] = s.Status.Drain.RequestID
+	return true
+}
+
+// Delete implements handler.EventHandler.
+func (h *sessionEvents) Delete(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if e.Object != nil {
+		h.mu.Lock()
+		delete(h.prioritized, types.NamespacedName{Namespace: e.Object.GetNamespace(), Name: e.Object.GetName()})
+		h.mu.Unlock()
+	}
+	h.EnqueueRequestForObject.Delete(ctx, e, q)
 }
 
 // addWithPriority adds req to q with priority p when q is a priority

@@ -60,11 +60,43 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;list
 
-// Reconcile runs the phases for one session: orphans, template, identity,
+// Reconcile reconciles one session (reconcileSession) and queues the
+// look-again it asks for at the default priority (lookAgain).
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	result, err := r.reconcileSession(ctx, req)
+	return lookAgain(result, err), err
+}
+
+// lookAgain gives a completed reconcile's look-again (RequeueAfter: a
+// settle delay, a cull or lifetime deadline, a blocked session's retry)
+// the default priority, 0. controller-runtime's priority queue otherwise
+// requeues an item at the priority it was handed out with: a session
+// reconciled once for its Drained report (DrainedPriority) or its
+// admission (AdmittedPriority) would keep going ahead of every event on
+// each of its timers for the rest of its life (every running session with
+// an idle policy has one), and a session first seen in the initial list or
+// a resync (-100) would have its drain deadline and cull timers wait
+// behind every event of a busy fleet. A step that did not complete (an
+// error, a status write refused with a Conflict: conflictRetry) keeps its
+// priority: its work is still to do.
+func lookAgain(result ctrl.Result, err error) ctrl.Result {
+	if err != nil || result.RequeueAfter <= 0 || result.Priority != nil || result == retryStep {
+		return result
+	}
+	result.Priority = new(0)
+	return result
+}
+
+// retryStep is the result of a reconcile whose status write met a newer
+// version of the session: the step is computed again, at the priority it
+// had.
+var retryStep = ctrl.Result{RequeueAfter: conflictRetry}
+
+// reconcileSession runs the phases for one session: orphans, template, identity,
 // files, the catalog's gate on the runtime image, StatefulSet, Service,
 // rollout step, status. A name whose Session no longer exists has its
 // orphans reaped (see reapOrphans).
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) reconcileSession(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	s := &lullv1.Session{}
 	if err := r.Client.Get(ctx, req.NamespacedName, s); err != nil {
 		if !apierrors.IsNotFound(err) {
@@ -178,7 +210,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// behind): the compare-and-swap refused it, as it should. Compute
 		// it again from the newer version; this is not an error.
 		log.FromContext(ctx).V(1).Info("session changed since it was read; reconciling again", "resourceVersion", s.ResourceVersion)
-		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		return retryStep, nil
 	} else if err != nil {
 		return ctrl.Result{}, err
 	}

@@ -127,7 +127,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // of the effective policy, none while paused or while t's ImageAllowed
 // condition is False), the expected completion
 // from the mean move time when one was measured, and the conditions. It
-// returns when to look again for the brake's progress deadline.
+// returns when to look again: the brake's progress deadline, a pod's
+// lifetime deadline, an admission never taken up lapsing.
 func NextStatus(t *lullv1.SessionTemplate, sessions []lullv1.Session, now time.Time, mean time.Duration, measured bool) (lullv1.SessionTemplateStatus, time.Duration) {
 	next := Summarize(t, sessions)
 	policy := rollout.EffectivePolicy(t, next.Revision)
@@ -166,6 +167,16 @@ func NextStatus(t *lullv1.SessionTemplate, sessions []lullv1.Session, now time.T
 	if at := rollout.NextLifetimeDeadline(sessions, now); !at.IsZero() {
 		// A pod reaching its lifetime waits for a place in the wave.
 		if wait := at.Sub(now) + time.Second/10; requeue == 0 || wait < requeue {
+			requeue = wait
+		}
+	}
+	if at := rollout.NextAdmissionLapse(next.Wave, sessions); !at.IsZero() {
+		// An admission never taken up is released only by a plan made
+		// after it lapsed (PlanWave: strictly older than the TTL), and no
+		// session event need come by then (sessionCounted drops the
+		// reports of busy runtimes; idle ones write nothing): without this
+		// the session waiting behind it would wait for a resync.
+		if wait := at.Sub(now) + time.Second; requeue == 0 || wait < requeue {
 			requeue = wait
 		}
 	}

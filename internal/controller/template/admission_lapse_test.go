@@ -1,0 +1,58 @@
+package template
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/controller/session"
+	"lull.dev/lull/internal/rollout"
+)
+
+// An admission no drain request took up (its session moved on: its pod
+// failed and was replaced at once, on the new revision) holds a place of
+// the wave for UnusedAdmissionTTL, then is released and the next session
+// admitted. Nothing else need happen in between: in a quiet fleet no
+// session event recounts the template (a runtime's activity reports do not
+// pass sessionCounted, idle runtimes write nothing), so NextStatus must ask
+// to look again when the admission lapses, or the session waiting behind it
+// waits until the manager's resync (10 hours by default).
+func TestWaveLooksAgainWhenAnUnusedAdmissionLapses(t *testing.T) {
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	one := intstr.FromInt32(1)
+	tmpl := &lullv1.SessionTemplate{Spec: lullv1.SessionTemplateSpec{
+		Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: lullv1.RuntimeContainerName, Image: "i:2"}}}},
+		UpdatePolicy: lullv1.UpdatePolicy{MaxUnavailable: &one},
+	}}
+	rev := session.TemplateRevision(tmpl)
+	ready := metav1.Condition{Type: lullv1.ConditionReady, Status: metav1.ConditionTrue, Reason: "PodReady", LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}
+	// a was admitted 30 s ago, then its stale pod failed and was replaced
+	// without a drain: it runs the new revision, and never issues the
+	// admitted request.
+	a := lullv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Status: lullv1.SessionStatus{PodUID: "pod-a2", TemplateRevision: rev,
+		Conditions: []metav1.Condition{ready, {Type: lullv1.ConditionUpToDate, Status: metav1.ConditionTrue, Reason: rollout.ReasonUpToDate}}}}
+	// b is stale and waits for the place.
+	b := lullv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "b"}, Status: lullv1.SessionStatus{PodUID: "pod-b", TemplateRevision: "old",
+		Conditions: []metav1.Condition{ready, {Type: lullv1.ConditionUpToDate, Status: metav1.ConditionFalse, Reason: rollout.ReasonWaitingForWave}}}}
+	admittedAt := now.Add(-30 * time.Second)
+	tmpl.Status.Wave = []lullv1.WaveEntry{{Session: "a", Sequence: 1, AdmittedAt: metav1.NewTime(admittedAt)}}
+
+	st, requeue := NextStatus(tmpl, []lullv1.Session{a, b}, now, 0, false)
+	if len(st.Wave) != 1 || st.Wave[0].Session != "a" {
+		t.Fatalf("wave %+v, want a's admission still held (it is 30 s old)", st.Wave)
+	}
+	lapse := admittedAt.Add(rollout.UnusedAdmissionTTL)
+	if requeue <= 0 || now.Add(requeue).Before(lapse) || now.Add(requeue).After(lapse.Add(2*time.Second)) {
+		t.Fatalf("NextStatus asks to look again after %v; want just after a's admission lapses (%v from now), or b waits for a place that is free",
+			requeue, lapse.Sub(now))
+	}
+	st, _ = NextStatus(tmpl, []lullv1.Session{a, b}, now.Add(requeue), 0, false)
+	if len(st.Wave) != 1 || st.Wave[0].Session != "b" {
+		t.Errorf("wave at the look-again %+v, want b admitted in the place a never took up", st.Wave)
+	}
+}
