@@ -76,8 +76,8 @@ func TestBusySessionPastItsIdleLimitIsNotDrained(t *testing.T) {
 
 func TestActivityDuringIdleDrainWithdrawsIt(t *testing.T) {
 	for name, wake := range map[string]func(f *fixture){
-		"turn began": func(f *fixture) { f.o.Session.Status.Runtime.ActiveTurns = 1 },
-		"activity":   func(f *fixture) { f.o.Session.Status.Runtime.LastActivity = &metav1.Time{Time: now} },
+		"turn began":  func(f *fixture) { f.o.Session.Status.Runtime.ActiveTurns = 1 },
+		"activity":    func(f *fixture) { f.o.Session.Status.Runtime.LastActivity = &metav1.Time{Time: now} },
 		"report lost": withoutAReportOfItsOwn,
 		"keep-alive": func(f *fixture) {
 			f.o.Session.Annotations = map[string]string{lullv1.AnnotationKeepAlive: f.o.Session.Status.Drain.RequestID}
