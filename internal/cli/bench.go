@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -55,32 +57,11 @@ does).`,
 			if o.IdleWindow < time.Second {
 				return fmt.Errorf("--idle-window must be at least 1s, got %s", o.IdleWindow)
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			out := cmd.OutOrStdout()
-			dir, err := newStateDir(stateDir, "lull-bench-*")
-			if err != nil {
-				return err
-			}
-			defer func() { err = dir.finish(err) }()
-			env, err := localenv.Up(ctx, localenv.Options{StateDir: dir.path, Progress: out, Runtimes: runtimes})
-			if err != nil {
-				return err
-			}
-			defer func() {
-				if derr := env.Down(); derr != nil && err == nil {
-					err = derr
-				}
-			}()
-			o.Out, o.Runtimes = out, runtimes
-			r, err := bench.Run(ctx, env, o)
-			if err != nil {
-				return err
-			}
-			if !r.Print(out) {
-				return errors.New("a benchmark target was missed")
-			}
-			return nil
+			return runOnPlane(cmd, stateDir, "lull-bench-*", runtimes, func(ctx context.Context, env *localenv.Env, out io.Writer) (func(io.Writer) bool, error) {
+				o.Out, o.Runtimes = out, runtimes
+				r, err := bench.Run(ctx, env, o)
+				return r.Print, err
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -91,4 +72,38 @@ does).`,
 	f.StringVar(&stateDir, "state-dir", "", "directory for the cluster's state and logs, kept on exit (default: a new temp dir, removed on exit unless the run fails)")
 	cmd.AddCommand(newBenchRestartCommand())
 	return cmd
+}
+
+// runOnPlane starts the local control plane in a state directory (stateDir,
+// or a new temp dir named by pattern), runs measure on it, prints its
+// figures and stops the plane. It returns an error when measure does, or
+// when a target is missed (print reports false); the state directory is
+// kept when it fails.
+func runOnPlane(cmd *cobra.Command, stateDir, pattern string, runtimes podprocess.Mode,
+	measure func(ctx context.Context, env *localenv.Env, out io.Writer) (print func(io.Writer) bool, err error)) (err error) {
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	out := cmd.OutOrStdout()
+	dir, err := newStateDir(stateDir, pattern)
+	if err != nil {
+		return err
+	}
+	defer func() { err = dir.finish(err) }()
+	env, err := localenv.Up(ctx, localenv.Options{StateDir: dir.path, Progress: out, Runtimes: runtimes})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if derr := env.Down(); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	print, err := measure(ctx, env, out)
+	if err != nil {
+		return err
+	}
+	if !print(out) {
+		return errors.New("a benchmark target was missed")
+	}
+	return nil
 }

@@ -1,11 +1,9 @@
 package cli
 
 import (
-	"errors"
+	"context"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -54,32 +52,11 @@ See docs/benchmarks.md.`,
 			if o.Quiet <= session.SettleDelay {
 				return fmt.Errorf("--quiet must be longer than %s (the delay after which the controller writes a passing state), got %s", session.SettleDelay, o.Quiet)
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			out := cmd.OutOrStdout()
-			dir, err := newStateDir(stateDir, "lull-bench-restart-*")
-			if err != nil {
-				return err
-			}
-			defer func() { err = dir.finish(err) }()
-			env, err := localenv.Up(ctx, localenv.Options{StateDir: dir.path, Progress: out, Runtimes: runtimes})
-			if err != nil {
-				return err
-			}
-			defer func() {
-				if derr := env.Down(); derr != nil && err == nil {
-					err = derr
-				}
-			}()
-			o.Out, o.Runtimes = out, runtimes
-			r, err := bench.RunRestart(ctx, env, o)
-			if err != nil {
-				return err
-			}
-			if !r.Print(out) {
-				return errors.New("a benchmark target was missed")
-			}
-			return nil
+			return runOnPlane(cmd, stateDir, "lull-bench-restart-*", runtimes, func(ctx context.Context, env *localenv.Env, out io.Writer) (func(io.Writer) bool, error) {
+				o.Out, o.Runtimes = out, runtimes
+				r, err := bench.RunRestart(ctx, env, o)
+				return r.Print, err
+			})
 		},
 	}
 	f := cmd.Flags()
