@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -34,24 +33,9 @@ func TestRuntimeAwaitsItsDeletedSessionWithOneWatch(t *testing.T) {
 	counter := &requestCounter{n: map[string]int{}}
 	cfg := runtimeTokenConfig(t, s, pod)
 	counter.instrument(cfg)
-	rt, err := lullruntime.New(lullruntime.Config{
+	rt := runRuntime(t, lullruntime.Config{
 		SessionName: s.Name, SessionNamespace: ns, PodName: pod.Name, PodUID: pod.UID, REST: cfg,
-		Logger: slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- rt.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			t.Errorf("Run did not return within 15s of its context ending")
-		}
-	})
+	}, false)
 	report := func(ctx context.Context) (*lullv1.RuntimeReport, error) {
 		got, err := getSession(ctx, ns, s.Name)
 		if err != nil {

@@ -40,31 +40,13 @@ func TestRuntimeSDK(t *testing.T) {
 	pod := createRuntimePod(t, s, s.Name+"-0")
 	podUID := pod.UID
 
-	rt, err := lullruntime.New(lullruntime.Config{
+	rt := runRuntime(t, lullruntime.Config{
 		SessionName:      s.Name,
 		SessionNamespace: ns,
 		PodName:          pod.Name,
 		PodUID:           podUID,
 		REST:             runtimeTokenConfig(t, s, pod),
-		Logger:           slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- rt.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Errorf("Run did not return within 15s of its context ending")
-		}
-	})
+	}, true)
 
 	waitReport := func(what string, ok func(r *lullv1.RuntimeReport) error) *lullv1.RuntimeReport {
 		t.Helper()
@@ -118,7 +100,7 @@ func TestRuntimeSDK(t *testing.T) {
 	}
 
 	waitReport("runtime reports Draining with the turn in flight", state(lullv1.RuntimeDraining, 1, reqID))
-	_, err = rt.BeginTurn(lullruntime.TurnOptions{})
+	_, err := rt.BeginTurn(lullruntime.TurnOptions{})
 	if !errors.Is(err, lullruntime.ErrDraining) {
 		t.Fatalf("BeginTurn while draining: got %v, want ErrDraining", err)
 	}
@@ -151,4 +133,33 @@ func TestRuntimeSDK(t *testing.T) {
 	if r := mustGetSession(t, ns, s.Name).Status.Runtime; r.RequestID != "" {
 		t.Errorf("Serving report after the withdrawal still names request %q, want none", r.RequestID)
 	}
+}
+
+// runRuntime starts a runtime of cfg (logging to the test's log when cfg
+// has no Logger) until the test ends, then waits up to 15 s for Run to
+// return; with cleanExit, an error from Run fails the test.
+func runRuntime(t *testing.T, cfg lullruntime.Config, cleanExit bool) *lullruntime.Runtime {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	rt, err := lullruntime.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case err := <-done:
+			if cleanExit && err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("Run did not return within 15s of its context ending")
+		}
+	})
+	return rt
 }
