@@ -220,6 +220,10 @@ func Passing(o Observed, a Action) bool {
 	case ReasonSuspending:
 		return Replicas(o) == 0 // drained; the StatefulSet controller is removing the pod
 	case ReasonUpToDate:
+		if failed, _ := PodFailure(o.Pod); failed {
+			// A failing pod is no passing state: it shows at once.
+			return false
+		}
 		if !podReady(o.Pod) {
 			return true
 		}

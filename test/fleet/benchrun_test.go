@@ -64,7 +64,7 @@ func TestBenchRunReportsEveryFigure(t *testing.T) {
 	if reqs["WATCH sessions"] < 2*n || reqs["PATCH sessions/status"] < 2*n {
 		t.Errorf("runtime requests %v: want at least %d Session watches and status patches", reqs, 2*n)
 	}
-	if len(r.Phases) != 5 {
-		t.Errorf("phases %v, want raw rollout floor, start, write→watch floor, rollout, idle window", r.Phases)
+	if len(r.Phases) != 6 {
+		t.Errorf("phases %v, want raw rollout floor, start, write→watch floor, rollout, settle, idle window", r.Phases)
 	}
 }

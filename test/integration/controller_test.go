@@ -465,8 +465,9 @@ func waitStatus(t *testing.T, ns, name, what string, ok func(lullv1.SessionStatu
 	var st lullv1.SessionStatus
 	// Generous: the controller writes a passing state (revision unknown,
 	// pod pending, no report yet) only once it has lasted
-	// session.SettleDelay.
-	eventually(t, 20*time.Second, what, func(ctx context.Context) error {
+	// session.SettleDelay, or session.ReplacingSettleDelay (30 s) during a
+	// committed replacement.
+	eventually(t, session.ReplacingSettleDelay+15*time.Second, what, func(ctx context.Context) error {
 		s, err := getSession(ctx, ns, name)
 		if err != nil {
 			return err
