@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"lull.dev/lull/internal/bench"
 	"lull.dev/lull/internal/localenv"
@@ -21,12 +22,7 @@ func init() { subcommands = append(subcommands, newBenchCommand) }
 
 func newBenchCommand() *cobra.Command {
 	o := bench.Options{Namespace: "bench", Sessions: 1000, IdleWindow: 65 * time.Second}
-	var (
-		stateDir string
-		// Thousands of host processes do not fit on one machine; a
-		// goroutine per pod speaks the same protocol (docs/benchmarks.md).
-		runtimes = podprocess.ModeFleet
-	)
+	plane := newPlaneFlags()
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure a Drain rollout of many idle sessions on the local control plane, against the API server's floor",
@@ -57,8 +53,8 @@ does).`,
 			if o.IdleWindow < time.Second {
 				return fmt.Errorf("--idle-window must be at least 1s, got %s", o.IdleWindow)
 			}
-			return runOnPlane(cmd, stateDir, "lull-bench-*", runtimes, func(ctx context.Context, env *localenv.Env, out io.Writer) (func(io.Writer) bool, error) {
-				o.Out, o.Runtimes = out, runtimes
+			return runOnPlane(cmd, plane, "lull-bench-*", func(ctx context.Context, env *localenv.Env, out io.Writer) (func(io.Writer) bool, error) {
+				o.Out, o.Runtimes = out, plane.runtimes
 				r, err := bench.Run(ctx, env, o)
 				return r.Print, err
 			})
@@ -68,28 +64,50 @@ does).`,
 	f.IntVar(&o.Sessions, "sessions", o.Sessions, "number of sessions")
 	f.DurationVar(&o.Timeout, "timeout", 0, "limit of each wait (the raw rollout, the sessions' start, the rollout); 0 means 10m or 360ms per session, whichever is longer")
 	f.DurationVar(&o.IdleWindow, "idle-window", o.IdleWindow, "how long idle, current sessions' API requests are counted after the rollout (longer than the runtimes' 60s report refresh)")
-	f.Var(&runtimes, "runtimes", "how session pods' runtimes run: fleet (a goroutine per pod in this process) or process (a host process per pod)")
-	f.StringVar(&stateDir, "state-dir", "", "directory for the cluster's state and logs, kept on exit (default: a new temp dir, removed on exit unless the run fails)")
+	plane.bind(f)
 	cmd.AddCommand(newBenchRestartCommand())
 	return cmd
 }
 
-// runOnPlane starts the local control plane in a state directory (stateDir,
-// or a new temp dir named by pattern), runs measure on it, prints its
-// figures and stops the plane. It returns an error when measure does, or
-// when a target is missed (print reports false); the state directory is
-// kept when it fails.
-func runOnPlane(cmd *cobra.Command, stateDir, pattern string, runtimes podprocess.Mode,
+// planeFlags are the flags the bench commands share: where the local
+// control plane keeps its state, how session pods' runtimes run, and
+// extra controller arguments.
+type planeFlags struct {
+	stateDir string
+	runtimes podprocess.Mode
+	// controllerArgs are added to the controller's command line, e.g.
+	// --pprof-bind-address to profile it while it is measured.
+	controllerArgs []string
+}
+
+func newPlaneFlags() *planeFlags {
+	// Thousands of host processes do not fit on one machine; a goroutine
+	// per pod speaks the same protocol (docs/benchmarks.md).
+	return &planeFlags{runtimes: podprocess.ModeFleet}
+}
+
+func (p *planeFlags) bind(f *pflag.FlagSet) {
+	f.Var(&p.runtimes, "runtimes", "how session pods' runtimes run: fleet (a goroutine per pod in this process) or process (a host process per pod)")
+	f.StringVar(&p.stateDir, "state-dir", "", "directory for the cluster's state and logs, kept on exit (default: a new temp dir, removed on exit unless the run fails)")
+	f.StringArrayVar(&p.controllerArgs, "controller-arg", nil, "an argument added to the controller's command line (repeatable), e.g. --controller-arg=--pprof-bind-address=127.0.0.1:6060 to profile it")
+}
+
+// runOnPlane starts the local control plane in a state directory
+// (plane.stateDir, or a new temp dir named by pattern), runs measure on
+// it, prints its figures and stops the plane. It returns an error when
+// measure does, or when a target is missed (print reports false); the
+// state directory is kept when it fails.
+func runOnPlane(cmd *cobra.Command, plane *planeFlags, pattern string,
 	measure func(ctx context.Context, env *localenv.Env, out io.Writer) (print func(io.Writer) bool, err error)) (err error) {
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	out := cmd.OutOrStdout()
-	dir, err := newStateDir(stateDir, pattern)
+	dir, err := newStateDir(plane.stateDir, pattern)
 	if err != nil {
 		return err
 	}
 	defer func() { err = dir.finish(err) }()
-	env, err := localenv.Up(ctx, localenv.Options{StateDir: dir.path, Progress: out, Runtimes: runtimes})
+	env, err := localenv.Up(ctx, localenv.Options{StateDir: dir.path, Progress: out, Runtimes: plane.runtimes, ControllerArgs: plane.controllerArgs})
 	if err != nil {
 		return err
 	}

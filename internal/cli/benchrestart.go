@@ -11,7 +11,6 @@ import (
 	"lull.dev/lull/internal/bench"
 	"lull.dev/lull/internal/controller/session"
 	"lull.dev/lull/internal/localenv"
-	"lull.dev/lull/internal/podprocess"
 )
 
 // newBenchRestartCommand is `lull bench restart`: a subcommand, not a
@@ -19,10 +18,7 @@ import (
 // own (--mid-drain, --quiet, --window).
 func newBenchRestartCommand() *cobra.Command {
 	o := bench.RestartOptions{Namespace: "bench-restart", Sessions: 1000, Timeout: 20 * time.Minute}
-	var (
-		stateDir string
-		runtimes = podprocess.ModeFleet
-	)
+	plane := newPlaneFlags()
 	cmd := &cobra.Command{
 		Use:   "restart",
 		Short: "Measure a controller crash and restart with many sessions mid-drain",
@@ -52,8 +48,8 @@ See docs/benchmarks.md.`,
 			if o.Quiet <= session.SettleDelay {
 				return fmt.Errorf("--quiet must be longer than %s (the delay after which the controller writes a passing state), got %s", session.SettleDelay, o.Quiet)
 			}
-			return runOnPlane(cmd, stateDir, "lull-bench-restart-*", runtimes, func(ctx context.Context, env *localenv.Env, out io.Writer) (func(io.Writer) bool, error) {
-				o.Out, o.Runtimes = out, runtimes
+			return runOnPlane(cmd, plane, "lull-bench-restart-*", func(ctx context.Context, env *localenv.Env, out io.Writer) (func(io.Writer) bool, error) {
+				o.Out, o.Runtimes = out, plane.runtimes
 				r, err := bench.RunRestart(ctx, env, o)
 				return r.Print, err
 			})
@@ -65,7 +61,6 @@ See docs/benchmarks.md.`,
 	f.DurationVar(&o.Quiet, "quiet", 10*time.Second, "how long without a controller write counts as quiet, before the kill and to end the measurement after it (more than 5s)")
 	f.DurationVar(&o.Window, "window", 2*time.Minute, "longest the restarted controller is watched")
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "limit for the sessions to start and for the drain requests to be issued")
-	f.Var(&runtimes, "runtimes", "how session pods' runtimes run: fleet (a goroutine per pod in this process) or process (a host process per pod)")
-	f.StringVar(&stateDir, "state-dir", "", "directory for the cluster's state and logs, kept on exit (default: a new temp dir, removed on exit unless the run fails)")
+	plane.bind(f)
 	return cmd
 }

@@ -45,6 +45,7 @@ func newControllerCommand() *cobra.Command {
 	f.StringVar(&kubeconfig, "kubeconfig", "", "path to a kubeconfig; default: $KUBECONFIG, then in-cluster")
 	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint; 0 disables")
 	f.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz; 0 disables")
+	f.StringVar(&opts.PprofAddr, "pprof-bind-address", "", "address of net/http/pprof's /debug/pprof/ (for profiling); empty disables")
 	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect a leader so only one replica acts")
 	f.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease; default: the pod's namespace")
 	f.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a leader's lease lasts without renewal; a standby takes over after it")

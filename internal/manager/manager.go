@@ -38,6 +38,9 @@ type Options struct {
 	MetricsAddr string
 	// HealthAddr serves /healthz and /readyz; "0" disables.
 	HealthAddr string
+	// PprofAddr serves net/http/pprof under /debug/pprof/; "" or "0"
+	// disables (the default: profiles expose memory contents).
+	PprofAddr string
 	// LeaderElection enables leader election, so only one replica acts.
 	LeaderElection bool
 	// LeaderElectionNamespace holds the Lease; empty means the in-cluster
@@ -121,6 +124,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Cache:                   cacheOpts,
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress:  opts.HealthAddr,
+		PprofBindAddress:        opts.PprofAddr,
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        "lull-controller.lull.dev",
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
