@@ -1,11 +1,14 @@
 package filesweep
 
 import (
+	"cmp"
 	"context"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,7 +21,8 @@ import (
 )
 
 // SetupWithManager registers the sweeper as the controller "filesweep".
-// Each watched event enqueues a pass over the object's namespace: files
+// Each watched event enqueues a pass over the object's namespace,
+// PassDelay later (the events until then share it): files
 // ConfigMaps (a new version starts its grace period), StatefulSets and
 // SessionTemplates whose spec changed or that went away, and pods that
 // went away (the cached ones: lull's; a StatefulSet whose controller
@@ -33,7 +37,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		UpdateFunc:  func(event.UpdateEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
-	ns := handler.EnqueueRequestsFromMapFunc(namespaceOf)
+	ns := passAfter(cmp.Or(r.PassDelay, DefaultPassDelay))
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("filesweep").
 		Watches(&corev1.ConfigMap{}, ns).
@@ -53,7 +57,25 @@ var specOrObserved = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool 
 	return !okOld || !okNew || old.Generation != cur.Generation || old.Status.ObservedGeneration != cur.Status.ObservedGeneration
 }}
 
-// namespaceOf maps an object to the pass over its namespace.
-func namespaceOf(_ context.Context, o client.Object) []reconcile.Request {
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace()}}}
+// passAfter enqueues the pass over an event's namespace d after the
+// event. A pass already waiting is not moved later, so under a stream of
+// events a namespace is passed about once every d.
+func passAfter(d time.Duration) handler.EventHandler {
+	add := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace()}}, d)
+	}
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(e.Object, q)
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(e.ObjectNew, q)
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(e.Object, q)
+		},
+		GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(e.Object, q)
+		},
+	}
 }

@@ -198,7 +198,8 @@ func (r *Reconciler) filesToSessions(ctx context.Context, o client.Object) []rec
 
 func (r *Reconciler) templateToSessions(ctx context.Context, o client.Object) []reconcile.Request {
 	var list lullv1.SessionList
-	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{IndexTemplateName: o.GetName()}); err != nil {
+	// Only names are read: no deep copies.
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{IndexTemplateName: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
 	reqs := make([]reconcile.Request, 0, len(list.Items))
@@ -234,7 +235,7 @@ func expiredDelta(a, b *lullv1.RuntimeReport) int64 {
 
 func (r *Reconciler) allSessions(ctx context.Context, _ client.Object) []reconcile.Request {
 	var list lullv1.SessionList
-	if err := r.Client.List(ctx, &list); err != nil {
+	if err := r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
 	reqs := make([]reconcile.Request, 0, len(list.Items))

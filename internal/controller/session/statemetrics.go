@@ -66,7 +66,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var list lullv1.SessionList
-	if err := reader.List(ctx, &list); err != nil {
+	// Only counted: no deep copies of every session on each scrape.
+	if err := reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return
 	}
 	type key struct{ ns, state string }

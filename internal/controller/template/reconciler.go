@@ -74,8 +74,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	// The sessions are only read (the planner is pure; refresh replaces
+	// elements, never edits one), so the cache hands them out without
+	// deep copies: a template of thousands of sessions is recounted on
+	// every change of one of them.
 	var list lullv1.SessionList
-	if err := r.Client.List(ctx, &list, client.InNamespace(t.Namespace), client.MatchingFields{session.IndexTemplateName: t.Name}); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(t.Namespace), client.MatchingFields{session.IndexTemplateName: t.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, err
 	}
 	now := r.now()
