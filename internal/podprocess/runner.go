@@ -82,7 +82,8 @@ type Runner struct {
 	mu         sync.Mutex
 	procs      map[types.UID]*proc
 	finalizing map[types.UID]bool
-	retrying   map[types.UID]bool // pods whose failed start is retried
+	starting   map[types.UID]bool // pods whose start (or its retries) runs
+	closing    bool               // Run is stopping every pod: start no more
 	pods       cache.Store        // the informer's pods, for retries
 	wg         sync.WaitGroup
 }
@@ -205,8 +206,12 @@ func (r *Runner) Run(ctx context.Context) error {
 				o = t.Obj
 			}
 			if pod, ok := o.(*corev1.Pod); ok {
-				r.stop(pod.UID)
-				r.removeVolumes(pod)
+				// Not in the informer's goroutine: a stop waits for the
+				// processes, up to the grace period.
+				r.wg.Go(func() {
+					r.stop(pod.UID)
+					r.removeVolumes(pod)
+				})
 			}
 		},
 	})
@@ -221,6 +226,8 @@ func (r *Runner) Run(ctx context.Context) error {
 	// for).
 	var stops sync.WaitGroup
 	r.mu.Lock()
+	// A start still under way registers nothing from now on.
+	r.closing = true
 	for uid := range r.procs {
 		stops.Go(func() { r.stop(uid) })
 	}
@@ -231,57 +238,62 @@ func (r *Runner) Run(ctx context.Context) error {
 }
 
 // sync starts the processes of a running pod, and stops them once the pod
-// is being deleted or has finished.
+// is being deleted or has finished. It never blocks on the API server or
+// on a process: the informer calls it for every pod in turn, and one slow
+// start (a token request, a claim read) held up the deletion of every pod
+// behind it — at 2,000 sessions the pods of a rollout waited minutes in
+// Terminating. Each pod's start runs in its own goroutine, as a kubelet
+// has a worker per pod.
 func (r *Runner) sync(ctx context.Context, pod *corev1.Pod) {
 	if pod.DeletionTimestamp != nil {
 		r.finalize(ctx, pod)
 		return
 	}
 	if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
-		r.stop(pod.UID)
+		uid := pod.UID
+		r.wg.Go(func() { r.stop(uid) })
 		return
 	}
 	if pod.Status.Phase != corev1.PodRunning || ctx.Err() != nil {
 		return
 	}
-	r.mu.Lock()
-	_, running := r.procs[pod.UID]
-	r.mu.Unlock()
-	if running {
-		return
-	}
-	if err := r.start(ctx, pod); err != nil {
-		r.logf("pod %s/%s: cannot start: %v; retrying\n", pod.Namespace, pod.Name, err)
-		r.retryStart(ctx, pod)
-	}
+	r.startAsync(ctx, pod)
 }
 
-// retryStart syncs a pod again, with a growing pause, until its processes
-// start or the pod stops needing them: a kubelet keeps trying to start a
-// pod's containers, and no later update of the pod would bring another try
-// (a token request the restarting API server refused, a claim bound since,
-// for example).
-func (r *Runner) retryStart(ctx context.Context, pod *corev1.Pod) {
+// startAsync starts pod's processes in a goroutine of its own, unless they
+// run or are being started. A failed start is tried again, with a growing
+// pause, until the processes start or the pod stops needing them: a
+// kubelet keeps trying to start a pod's containers, and no later update of
+// the pod would bring another try (a token request the restarting API
+// server refused, a claim bound since, for example).
+func (r *Runner) startAsync(ctx context.Context, pod *corev1.Pod) {
+	uid := pod.UID
 	r.mu.Lock()
-	if r.retrying == nil {
-		r.retrying = map[types.UID]bool{}
+	if r.starting == nil {
+		r.starting = map[types.UID]bool{}
 	}
-	if r.retrying[pod.UID] || r.pods == nil {
+	if _, running := r.procs[uid]; running || r.starting[uid] || r.finalizing[uid] {
 		r.mu.Unlock()
 		return
 	}
-	r.retrying[pod.UID] = true
+	r.starting[uid] = true
 	store := r.pods
 	r.mu.Unlock()
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
+	r.wg.Go(func() {
 		defer func() {
 			r.mu.Lock()
-			delete(r.retrying, pod.UID)
+			delete(r.starting, uid)
 			r.mu.Unlock()
 		}()
 		for wait := 500 * time.Millisecond; ; wait = min(2*wait, 10*time.Second) {
+			err := r.start(ctx, pod)
+			if err == nil || ctx.Err() != nil || store == nil {
+				if err != nil && ctx.Err() == nil {
+					r.logf("pod %s/%s: cannot start: %v\n", pod.Namespace, pod.Name, err)
+				}
+				return
+			}
+			r.logf("pod %s/%s: cannot start: %v; retrying in %s\n", pod.Namespace, pod.Name, err, wait)
 			select {
 			case <-ctx.Done():
 				return
@@ -289,22 +301,18 @@ func (r *Runner) retryStart(ctx context.Context, pod *corev1.Pod) {
 			}
 			o, ok, _ := store.GetByKey(pod.Namespace + "/" + pod.Name)
 			cur, isPod := o.(*corev1.Pod)
-			if !ok || !isPod || cur.UID != pod.UID || cur.DeletionTimestamp != nil || cur.Status.Phase != corev1.PodRunning {
+			if !ok || !isPod || cur.UID != uid || cur.DeletionTimestamp != nil || cur.Status.Phase != corev1.PodRunning {
 				return
 			}
 			r.mu.Lock()
-			_, running := r.procs[pod.UID]
+			_, running := r.procs[uid]
 			r.mu.Unlock()
 			if running {
 				return
 			}
-			err := r.start(ctx, cur)
-			if err == nil || ctx.Err() != nil {
-				return
-			}
-			r.logf("pod %s/%s: cannot start: %v; retrying in %s\n", pod.Namespace, pod.Name, err, min(2*wait, 10*time.Second))
+			pod = cur
 		}
-	}()
+	})
 }
 
 // start prepares pod's processes and starts them. On error nothing of the
@@ -315,7 +323,7 @@ func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
 		return err
 	}
 	r.mu.Lock()
-	if _, running := r.procs[pod.UID]; running || r.finalizing[pod.UID] {
+	if _, running := r.procs[pod.UID]; running || r.finalizing[pod.UID] || r.closing {
 		r.mu.Unlock()
 		return nil
 	}

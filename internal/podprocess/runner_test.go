@@ -12,10 +12,13 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	k8stesting "k8s.io/client-go/testing"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
@@ -76,6 +79,13 @@ func newTestEnv(t *testing.T, command func(*corev1.Pod, *corev1.Container) (stri
 // the rest is the test's).
 func newTestEnvWith(t *testing.T, opts Options, pods []*corev1.Pod, objs ...runtime.Object) *testEnv {
 	t.Helper()
+	return newTestEnvWrapped(t, opts, nil, pods, objs...)
+}
+
+// newTestEnvWrapped is newTestEnvWith whose runner talks to wrap(the fake
+// clientset); nil wrap means the fake itself.
+func newTestEnvWrapped(t *testing.T, opts Options, wrap func(*fake.Clientset) kubernetes.Interface, pods []*corev1.Pod, objs ...runtime.Object) *testEnv {
+	t.Helper()
 	dir := t.TempDir()
 	cs := fake.NewClientset(objs...)
 	// The fake cannot create tokens; any token will do.
@@ -97,7 +107,11 @@ func newTestEnvWith(t *testing.T, opts Options, pods []*corev1.Pod, objs ...runt
 	}
 	log := &testLog{t: t}
 	opts.Server, opts.Dir, opts.GracePeriod, opts.Log = "https://127.0.0.1:1", dir, time.Second, log
-	r := newRunner(opts, cs)
+	var client kubernetes.Interface = cs
+	if wrap != nil {
+		client = wrap(cs)
+	}
+	r := newRunner(opts, client)
 	r.backoff, r.backoffMax, r.upAfter, r.listenWait = 200*time.Millisecond, 400*time.Millisecond, 300*time.Millisecond, time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -257,3 +271,94 @@ func TestPatchOnlyThePodTheProcessRanFor(t *testing.T) {
 }
 
 func ptrTime(t metav1.Time) *metav1.Time { return &t }
+
+// One pod's slow start (its token request hangs on a loaded API server)
+// holds up no other pod: a pod marked for deletion meanwhile has its
+// processes stopped and its deletion finished. The informer calls the
+// runner for every pod in turn; at 2,000 sessions starts made inline
+// there kept a rollout's old pods in Terminating for minutes.
+func TestSlowStartHoldsUpNoDeletion(t *testing.T) {
+	release := make(chan struct{})
+	asked := make(chan struct{}, 1)
+	hang := func(pod string) {
+		if pod == "slow-0" {
+			select {
+			case asked <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+	}
+	e := newTestEnvWrapped(t, Options{Command: func(*corev1.Pod, *corev1.Container) (string, []string) {
+		return "/bin/sh", []string{"-c", "sleep 60"}
+	}}, func(cs *fake.Clientset) kubernetes.Interface { return slowTokens{cs, hang} }, []*corev1.Pod{runningPod("gone-0", "uid-gone")})
+	// Runs before the env's cleanup, which waits for the runner.
+	t.Cleanup(func() { close(release) })
+	cs := e.cs
+	waitPod(t, cs, "gone-0", "runtime of gone-0 started", func(p *corev1.Pod) error {
+		if len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Running == nil {
+			return fmt.Errorf("container statuses %+v", p.Status.ContainerStatuses)
+		}
+		return nil
+	})
+	if _, err := cs.CoreV1().Pods("ns").Create(t.Context(), runningPod("slow-0", "uid-slow"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("slow-0's token was never requested")
+	}
+
+	p, err := cs.CoreV1().Pods("ns").Get(t.Context(), "gone-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.DeletionTimestamp = ptrTime(metav1.Now())
+	if _, err := cs.CoreV1().Pods("ns").Update(t.Context(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := cs.CoreV1().Pods("ns").Get(t.Context(), "gone-0", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gone-0 still there while slow-0's start hangs (err %v): its deletion waits behind another pod's start", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// slowTokens is a clientset whose token requests call hang with the name
+// of the pod the token is bound to first.
+type slowTokens struct {
+	*fake.Clientset
+	hang func(pod string)
+}
+
+func (c slowTokens) CoreV1() corev1client.CoreV1Interface {
+	return slowCore{c.Clientset.CoreV1(), c.hang}
+}
+
+type slowCore struct {
+	corev1client.CoreV1Interface
+	hang func(pod string)
+}
+
+func (c slowCore) ServiceAccounts(ns string) corev1client.ServiceAccountInterface {
+	return slowServiceAccounts{c.CoreV1Interface.ServiceAccounts(ns), c.hang}
+}
+
+type slowServiceAccounts struct {
+	corev1client.ServiceAccountInterface
+	hang func(pod string)
+}
+
+func (s slowServiceAccounts) CreateToken(ctx context.Context, name string, tr *authenticationv1.TokenRequest, opts metav1.CreateOptions) (*authenticationv1.TokenRequest, error) {
+	if tr.Spec.BoundObjectRef != nil {
+		s.hang(tr.Spec.BoundObjectRef.Name)
+	}
+	return s.ServiceAccountInterface.CreateToken(ctx, name, tr, opts)
+}

@@ -139,6 +139,18 @@ func runDecideTable(t *testing.T, tests []decideCase) {
 			if a.Message == "" {
 				t.Error("Message is empty")
 			}
+			// A wait reads the same a moment later while it lasts: the
+			// message is status, and one that counted down would be a
+			// status write on every reconcile.
+			// (A wait that changes the request, e.g. adds a deadline
+			// counted from now, writes once and is then stable.)
+			if a.Kind == Wait && equality.Semantic.DeepEqual(a.Drain, f.o.Session.Status.Drain) {
+				later := f.o
+				later.Now = f.o.Now.Add(1500 * time.Millisecond)
+				if b := Decide(later); b.Kind == a.Kind && b.Reason == a.Reason && b.Message != a.Message {
+					t.Errorf("message changes with the clock alone:\n  %s\n  %s", a.Message, b.Message)
+				}
+			}
 		})
 	}
 }
