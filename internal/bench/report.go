@@ -102,7 +102,7 @@ func (r Result) Print(w io.Writer) (ok bool) {
 	n := float64(max(r.Replaced, 1))
 	writes, events := r.writesPerSession()
 	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
-	fmt.Fprintf(w, "\nrollout of %d sessions (Drain, idle runtimes, %s mode)\n", r.Sessions, r.Runtimes)
+	fmt.Fprintf(w, "\nrollout of %d sessions (Drain, maxUnavailable %s, idle runtimes, %s mode)\n", r.Sessions, r.MaxUnavailable.String(), r.Runtimes)
 	fmt.Fprintf(w, "  pods replaced:                   %d\n", r.Replaced)
 	fmt.Fprintf(w, "  time to converge:                %s\n", r.Converge.Round(100*time.Millisecond))
 	fmt.Fprintf(w, "  raw rollout (floor):             %s  (%d plain StatefulSets: image patched, stale pods deleted with grace 0, %d workers)\n",

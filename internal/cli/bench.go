@@ -7,11 +7,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"lull.dev/lull/internal/bench"
 	"lull.dev/lull/internal/localenv"
@@ -21,7 +24,7 @@ import (
 func init() { subcommands = append(subcommands, newBenchCommand) }
 
 func newBenchCommand() *cobra.Command {
-	o := bench.Options{Namespace: "bench", Sessions: 1000, IdleWindow: 65 * time.Second}
+	o := bench.Options{Namespace: "bench", Sessions: 1000, IdleWindow: 65 * time.Second, MaxUnavailable: bench.DefaultMaxUnavailable}
 	plane := newPlaneFlags()
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -63,6 +66,7 @@ does).`,
 	f := cmd.Flags()
 	f.IntVar(&o.Sessions, "sessions", o.Sessions, "number of sessions")
 	f.DurationVar(&o.Timeout, "timeout", 0, "limit of each wait (the raw rollout, the sessions' start, the rollout); 0 means 10m or 360ms per session, whichever is longer")
+	f.Var(intOrPercent{&o.MaxUnavailable}, "max-unavailable", "the template's maxUnavailable: a count or a percentage of the sessions (100%: every session drains at once, as the raw rollout replaces every pod at once)")
 	f.DurationVar(&o.IdleWindow, "idle-window", o.IdleWindow, "how long idle, current sessions' API requests are counted after the rollout (longer than the runtimes' 60s report refresh)")
 	plane.bind(f)
 	cmd.AddCommand(newBenchRestartCommand())
@@ -125,3 +129,33 @@ func runOnPlane(cmd *cobra.Command, plane *planeFlags, pattern string,
 	}
 	return nil
 }
+
+// intOrPercent is a flag holding a count ("50") or a percentage ("25%"),
+// as a template's maxUnavailable does.
+type intOrPercent struct{ v *intstr.IntOrString }
+
+func (f intOrPercent) String() string {
+	if f.v == nil {
+		return ""
+	}
+	return f.v.String()
+}
+
+func (f intOrPercent) Set(s string) error {
+	if n, ok := strings.CutSuffix(s, "%"); ok {
+		p, err := strconv.Atoi(n)
+		if err != nil || p < 1 || p > 100 {
+			return fmt.Errorf("want a percentage from 1%% to 100%%, got %q", s)
+		}
+		*f.v = intstr.FromString(s)
+		return nil
+	}
+	c, err := strconv.Atoi(s)
+	if err != nil || c < 1 {
+		return fmt.Errorf("want a count of at least 1 or a percentage like 25%%, got %q", s)
+	}
+	*f.v = intstr.FromInt32(int32(c))
+	return nil
+}
+
+func (intOrPercent) Type() string { return "count|percent" }
