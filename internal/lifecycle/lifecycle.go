@@ -41,6 +41,9 @@ type Policy struct {
 	MaxLifetime  time.Duration
 }
 
+// culls reports whether p suspends or deletes idle sessions.
+func (p Policy) culls() bool { return p.SuspendAfter > 0 || p.DeleteAfter > 0 }
+
 // PolicyFor returns the policy of session s of template t: the session's
 // spec.idle replaces the template's whole; maxLifetime is the template's.
 func PolicyFor(t *lullv1.SessionTemplate, s *lullv1.Session) Policy {
@@ -164,7 +167,13 @@ func Judge(o Observed) Judgement {
 			// judged last is kept: the first report starts this pod's.
 			st.IdlePodUID = prev.IdlePodUID
 		}
-		if j.State == Idle {
+		if j.State == Idle && o.Policy.culls() {
+			// The idle clock runs only under a policy that culls: without
+			// one no decision reads it, and recording it would cost a
+			// status write per change of activity, doubling the
+			// runtime's own (status.runtime.lastActivity shows it). A
+			// policy set later starts the clock then, so enabling one
+			// never culls at once sessions idle since long before.
 			st.IdleActivity = s.Status.Runtime.LastActivity.DeepCopy()
 			st.IdleSince = idleSince(o, prev)
 		}

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -179,6 +180,32 @@ func TestNoPolicyNeverCulls(t *testing.T) {
 	j := judge(s, pod("p1", -200*time.Hour), 0, -time.Second, Policy{})
 	if j.CullDue || j.LifetimeDue || j.Status.CullAt != nil || j.Status.LifetimeDeadline != nil {
 		t.Fatalf("no policy: %+v %+v; want nothing due", j, j.Status)
+	}
+}
+
+// Without a policy that culls, activity is not mirrored into the status:
+// the judgement of an idle session is the same whatever its runtime's
+// lastActivity, so a runtime's activity reports cost no controller write.
+// A policy set later starts the clock then.
+func TestNoCullingPolicyRunsNoIdleClock(t *testing.T) {
+	for _, p := range []Policy{{}, {MaxLifetime: time.Hour}} {
+		s := session(0, at(-10*time.Minute))
+		s.Status.Lifecycle = &lullv1.LifecycleStatus{IdlePodUID: "p1"}
+		first := judge(s, pod("p1", -20*time.Minute), 0, -time.Second, p)
+		s.Status.Runtime.LastActivity = at(-time.Minute)
+		later := judge(s, pod("p1", -20*time.Minute), time.Minute, -time.Second, p)
+		if first.State != Idle || first.Status.IdleSince != nil || first.Status.IdleActivity != nil {
+			t.Errorf("policy %+v: %+v; want Idle with no idle clock", p, first.Status)
+		}
+		if !reflect.DeepEqual(first.Status, later.Status) {
+			t.Errorf("policy %+v: status changes with activity alone: %+v then %+v", p, first.Status, later.Status)
+		}
+	}
+	s := session(0, at(-10*time.Hour))
+	s.Status.Lifecycle = &lullv1.LifecycleStatus{IdlePodUID: "p1"}
+	j := judge(s, pod("p1", -20*time.Hour), 0, -time.Second, suspend5m)
+	if j.CullDue || !j.Status.IdleSince.Equal(at(0)) {
+		t.Fatalf("policy set on a session idle for 10 h: %+v due=%v; want the clock started now, no cull", j.Status, j.CullDue)
 	}
 }
 
