@@ -83,7 +83,7 @@ type Result struct {
 	Runtimes podprocess.Mode
 	// MaxUnavailable is the template's maxUnavailable.
 	MaxUnavailable intstr.IntOrString
-	Replaced int
+	Replaced       int
 	// Converge is from the template update to every session running a pod
 	// at its new revision.
 	Converge time.Duration
@@ -116,9 +116,9 @@ type Result struct {
 	// CPU is the controller's user+system CPU time during the rollout.
 	CPU time.Duration
 	// IdleWindow is how long idle requests were counted; IdleController
-	// the controller's requests in it by "VERB resource" (watches are
-	// GETs), IdleRuntimes the runtimes' (fleet mode only, else nil; a
-	// watch counts once, as WATCH, when opened).
+	// the controller's requests in it by "VERB resource", IdleRuntimes
+	// the runtimes' (fleet mode only, else nil). A watch counts once, as
+	// WATCH, when opened.
 	IdleWindow                   time.Duration
 	IdleController, IdleRuntimes map[string]float64
 	Phases                       []Phase

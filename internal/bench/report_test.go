@@ -50,6 +50,25 @@ func TestTargetsAllMet(t *testing.T) {
 	}
 }
 
+// The controller's informers renewing their watches are its fixed cost,
+// printed and not judged per session; a runtime's watch is its session's.
+func TestControllerWatchRenewalsAreApart(t *testing.T) {
+	r := passing()
+	r.IdleController["WATCH statefulsets"] = 2
+	if m := missed(r); len(m) != 0 {
+		t.Errorf("missed %v with only the controller's watch renewals", m)
+	}
+	var out bytes.Buffer
+	r.Print(&out)
+	if !strings.Contains(out.String(), "and 2 watch renewals of its informers") {
+		t.Errorf("printout does not show the watch renewals:\n%s", out.String())
+	}
+	r.IdleRuntimes["WATCH sessions"] = 1
+	if m := missed(r); len(m) != 1 || m[0] != "runtime idle requests 0 /min/session" {
+		t.Errorf("missed %v, want the runtimes' idle target missed by a runtime's watch", m)
+	}
+}
+
 func TestTargetsEachMissed(t *testing.T) {
 	for name, c := range map[string]struct {
 		change func(*Result)
@@ -61,7 +80,7 @@ func TestTargetsEachMissed(t *testing.T) {
 		"no Drained report":        {func(r *Result) { r.ReportToDelete = nil }, "Drained report → delete p99 ≤ 1s"},
 		"a fourth write":           {func(r *Result) { r.Writes["PATCH sessions/status (409)"] = 1 }, "≤ 3 controller writes per replaced session"},
 		"RSS over budget":          {func(r *Result) { r.PeakRSS = 30<<20 + 1 }, "controller peak RSS ≤ 30.0 MiB (30 MiB × max(N,1000)/1000)"},
-		"a controller idle GET":    {func(r *Result) { r.IdleController["GET pods"] = 1 }, "controller idle requests 0 /min/session"},
+		"a controller idle GET":    {func(r *Result) { r.IdleController["GET pods"] = 1 }, "controller idle requests 0 /min/session (watch renewals apart)"},
 		"a runtime idle heartbeat": {func(r *Result) { r.IdleRuntimes["PATCH sessions/status"] = 1000 }, "runtime idle requests 0 /min/session"},
 		"a session not replaced":   {func(r *Result) { r.Replaced, r.Writes = 999, map[string]float64{"DELETE pods": 999} }, "every session replaced"},
 		"a protocol violation":     {func(r *Result) { r.Violations = []string{"x"} }, "no protocol violation"},

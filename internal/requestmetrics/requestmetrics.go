@@ -15,11 +15,11 @@ import (
 )
 
 // Requests is lull_controller_api_requests_total{verb, resource, code}:
-// verb is the HTTP method, resource the API resource with its subresource
+// verb is as Verb returns it, resource the API resource with its subresource
 // ("pods", "sessions/status", "events"), code the HTTP status or "error".
 var Requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "lull_controller_api_requests_total",
-	Help: "Requests the lull controller sent to the API server, by HTTP verb, resource and status code.",
+	Help: "Requests the lull controller sent to the API server, by verb (the HTTP method, or WATCH for a GET that opens a watch), resource and status code.",
 }, []string{"verb", "resource", "code"})
 
 // Instrument wraps cfg's transport so every request is counted in Requests.
@@ -41,8 +41,20 @@ func (t roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err == nil {
 		code = strconv.Itoa(resp.StatusCode)
 	}
-	Requests.WithLabelValues(req.Method, Resource(req.URL.Path), code).Inc()
+	Requests.WithLabelValues(Verb(req), Resource(req.URL.Path), code).Inc()
 	return resp, err
+}
+
+// Verb returns req's verb as the API server's apiserver_request_total
+// counts it: WATCH for a GET that opens a watch (watch=true or 1), else
+// the HTTP method. A watch is one request however long it stays open.
+func Verb(req *http.Request) string {
+	if req.Method == http.MethodGet {
+		if w := req.URL.Query().Get("watch"); w == "true" || w == "1" {
+			return "WATCH"
+		}
+	}
+	return req.Method
 }
 
 // Resource returns the resource (and subresource) an API path addresses:

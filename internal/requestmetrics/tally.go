@@ -6,10 +6,9 @@ import (
 )
 
 // Tally counts the requests sent through the round trippers it wraps, in
-// memory, by "VERB resource": VERB is the HTTP method, or WATCH for a GET
-// that opens a watch (counted once, when the server answers it);
-// resource is as Resource returns it. It is for a process that wants its
-// own requests' count without a metrics endpoint (the bench counting
+// memory, by "VERB resource": VERB as Verb returns it (a watch counted
+// once, when the server answers it), resource as Resource returns it. It
+// is for a process that wants its own requests' count without a metrics endpoint (the bench counting
 // what fleet-mode runtimes send). The zero value is not usable: use
 // NewTally. Safe for concurrent use.
 type Tally struct {
@@ -49,11 +48,7 @@ type tallyRoundTripper struct {
 }
 
 func (rt tallyRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
-	verb := req.Method
-	if verb == http.MethodGet && req.URL.Query().Get("watch") == "true" {
-		verb = "WATCH"
-	}
 	resp, err := rt.next.RoundTrip(req)
-	rt.tally.add(verb + " " + Resource(req.URL.Path))
+	rt.tally.add(Verb(req) + " " + Resource(req.URL.Path))
 	return resp, err
 }
