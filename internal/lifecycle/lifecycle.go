@@ -151,11 +151,16 @@ func Judge(o Observed) Judgement {
 	case s.Spec.Suspend && !running:
 		j.State = Suspended
 		// A suspended session stays idle: its clock runs on from when it
-		// went idle, or starts now if it was never judged idle.
-		st.IdlePodUID, st.IdleActivity = prev.IdlePodUID, prev.IdleActivity
-		st.IdleSince = prev.IdleSince
-		if st.IdleSince == nil {
-			st.IdleSince = stamp(now)
+		// went idle, or starts now if it was never judged idle. Like a
+		// running one's, it runs only under a policy that culls: a clock
+		// started when a session was suspended by hand, with no policy,
+		// would have deleteAfter set months later delete it at once.
+		st.IdlePodUID = prev.IdlePodUID
+		if o.Policy.culls() {
+			st.IdleActivity, st.IdleSince = prev.IdleActivity, prev.IdleSince
+			if st.IdleSince == nil {
+				st.IdleSince = stamp(now)
+			}
 		}
 	case !running:
 		j.State = NoReport

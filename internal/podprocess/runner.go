@@ -83,6 +83,10 @@ type Runner struct {
 	procs      map[types.UID]*proc
 	finalizing map[types.UID]bool
 	starting   map[types.UID]bool // pods whose start (or its retries) runs
+	// gone holds pods stopped for good without finalize (removed, or
+	// Failed/Succeeded): a start under way when they were stopped must
+	// register nothing, or its processes would run on unowned.
+	gone map[types.UID]bool
 	closing    bool               // Run is stopping every pod: start no more
 	pods       cache.Store        // the informer's pods, for retries
 	wg         sync.WaitGroup
@@ -209,7 +213,7 @@ func (r *Runner) Run(ctx context.Context) error {
 				// Not in the informer's goroutine: a stop waits for the
 				// processes, up to the grace period.
 				r.wg.Go(func() {
-					r.stop(pod.UID)
+					r.stopForGood(pod.UID)
 					r.removeVolumes(pod)
 				})
 			}
@@ -251,7 +255,7 @@ func (r *Runner) sync(ctx context.Context, pod *corev1.Pod) {
 	}
 	if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
 		uid := pod.UID
-		r.wg.Go(func() { r.stop(uid) })
+		r.wg.Go(func() { r.stopForGood(uid) })
 		return
 	}
 	if pod.Status.Phase != corev1.PodRunning || ctx.Err() != nil {
@@ -272,7 +276,7 @@ func (r *Runner) startAsync(ctx context.Context, pod *corev1.Pod) {
 	if r.starting == nil {
 		r.starting = map[types.UID]bool{}
 	}
-	if _, running := r.procs[uid]; running || r.starting[uid] || r.finalizing[uid] {
+	if _, running := r.procs[uid]; running || r.starting[uid] || r.finalizing[uid] || r.gone[uid] {
 		r.mu.Unlock()
 		return
 	}
@@ -323,7 +327,7 @@ func (r *Runner) start(ctx context.Context, pod *corev1.Pod) error {
 		return err
 	}
 	r.mu.Lock()
-	if _, running := r.procs[pod.UID]; running || r.finalizing[pod.UID] || r.closing {
+	if _, running := r.procs[pod.UID]; running || r.finalizing[pod.UID] || r.gone[pod.UID] || r.closing {
 		r.mu.Unlock()
 		return nil
 	}

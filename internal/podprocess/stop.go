@@ -70,6 +70,20 @@ func (r *Runner) stop(uid types.UID) {
 	}
 }
 
+// stopForGood is stop for a pod removed or finished without finalize: the
+// pod is first marked gone, under the lock start registers under, so a
+// start still under way (its own goroutine, see startAsync) either
+// registered before, and is stopped here, or registers nothing.
+func (r *Runner) stopForGood(uid types.UID) {
+	r.mu.Lock()
+	if r.gone == nil {
+		r.gone = map[types.UID]bool{}
+	}
+	r.gone[uid] = true
+	r.mu.Unlock()
+	r.stop(uid)
+}
+
 // halt ends p's processes with no restart, the runtime first and the agent
 // sidecar after it, as a kubelet stops sidecars after the main containers:
 // the agent is there to report the runtime's drain until the runtime is
