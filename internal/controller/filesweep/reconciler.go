@@ -96,12 +96,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.List(ctx, &cms, client.InNamespace(ns), client.HasLabels{lullv1.LabelFiles}); err != nil {
 		return ctrl.Result{}, err
 	}
-	if len(cms.Items) == 0 {
-		// Nothing to judge: skip the lists of every StatefulSet and pod.
-		reportKept(ns, Plan{}.Kept())
-		return ctrl.Result{RequeueAfter: r.next(Plan{}, r.now())}, nil
-	}
 	now := r.now()
+	if len(cms.Items) == 0 {
+		// Nothing to judge: skip the lists of every StatefulSet and pod
+		// (observe still forgets the namespace's ConfigMaps gone since).
+		r.observe(ns, nil, now)
+		reportKept(ns, Plan{}.Kept())
+		return ctrl.Result{RequeueAfter: r.next(Plan{}, now)}, nil
+	}
 	o := Observed{ConfigMaps: cms.Items, UnchangedSince: r.observe(ns, cms.Items, now), Now: now, Grace: r.grace()}
 
 	// The cache holds only lull's StatefulSets and pods: a judgement on it

@@ -74,6 +74,21 @@ func TestPassWithoutCandidatesListsNothingElse(t *testing.T) {
 	if listed["statefulsets"] != 1 || listed["pods"] != 1 || listed["templates"] != 1 {
 		t.Errorf("lists = %v, want one of templates, StatefulSets and pods once there is a candidate", listed)
 	}
+
+	// Once the namespace's last candidate is gone, what was observed of it
+	// is forgotten.
+	if len(r.seen) != 1 {
+		t.Fatalf("observed %d ConfigMaps, want 1", len(r.seen))
+	}
+	if err := c.Delete(context.Background(), cm); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns"}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.seen) != 0 {
+		t.Errorf("still remembers %d ConfigMaps of a namespace that has none", len(r.seen))
+	}
 }
 
 // Every watched event enqueues its namespace's pass after the delay, so
