@@ -86,10 +86,10 @@ type Runner struct {
 	// gone holds pods stopped for good without finalize (removed, or
 	// Failed/Succeeded): a start under way when they were stopped must
 	// register nothing, or its processes would run on unowned.
-	gone map[types.UID]bool
-	closing    bool               // Run is stopping every pod: start no more
-	pods       cache.Store        // the informer's pods, for retries
-	wg         sync.WaitGroup
+	gone    map[types.UID]bool
+	closing bool        // Run is stopping every pod: start no more
+	pods    cache.Store // the informer's pods, for retries
+	wg      sync.WaitGroup
 }
 
 // proc is the processes of one pod: its runtime's and its agent sidecar's.
