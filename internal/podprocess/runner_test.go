@@ -278,22 +278,8 @@ func ptrTime(t metav1.Time) *metav1.Time { return &t }
 // runner for every pod in turn; at 2,000 sessions starts made inline
 // there kept a rollout's old pods in Terminating for minutes.
 func TestSlowStartHoldsUpNoDeletion(t *testing.T) {
-	release := make(chan struct{})
-	asked := make(chan struct{}, 1)
-	hang := func(pod string) {
-		if pod == "slow-0" {
-			select {
-			case asked <- struct{}{}:
-			default:
-			}
-			<-release
-		}
-	}
-	e := newTestEnvWrapped(t, Options{Command: func(*corev1.Pod, *corev1.Container) (string, []string) {
-		return "/bin/sh", []string{"-c", "sleep 60"}
-	}}, func(cs *fake.Clientset) kubernetes.Interface { return slowTokens{cs, hang} }, []*corev1.Pod{runningPod("gone-0", "uid-gone")})
-	// Runs before the env's cleanup, which waits for the runner.
-	t.Cleanup(func() { close(release) })
+	gate := newTokenGate("slow-0")
+	e := newSlowTokenEnv(t, gate, runningPod("gone-0", "uid-gone"))
 	cs := e.cs
 	waitPod(t, cs, "gone-0", "runtime of gone-0 started", func(p *corev1.Pod) error {
 		if len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Running == nil {
@@ -304,11 +290,7 @@ func TestSlowStartHoldsUpNoDeletion(t *testing.T) {
 	if _, err := cs.CoreV1().Pods("ns").Create(t.Context(), runningPod("slow-0", "uid-slow"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-asked:
-	case <-time.After(10 * time.Second):
-		t.Fatal("slow-0's token was never requested")
-	}
+	gate.waitAsked(t)
 
 	p, err := cs.CoreV1().Pods("ns").Get(t.Context(), "gone-0", metav1.GetOptions{})
 	if err != nil {
@@ -329,6 +311,55 @@ func TestSlowStartHoldsUpNoDeletion(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// tokenGate holds the token requests for one pod until it is opened.
+type tokenGate struct {
+	pod      string
+	asked    chan struct{}
+	released chan struct{}
+	once     sync.Once
+}
+
+func newTokenGate(pod string) *tokenGate {
+	return &tokenGate{pod: pod, asked: make(chan struct{}, 1), released: make(chan struct{})}
+}
+
+// hang blocks a token request for the gate's pod until the gate opens.
+func (g *tokenGate) hang(pod string) {
+	if pod != g.pod {
+		return
+	}
+	select {
+	case g.asked <- struct{}{}:
+	default:
+	}
+	<-g.released
+}
+
+// open lets the held requests through; it may be called more than once.
+func (g *tokenGate) open() { g.once.Do(func() { close(g.released) }) }
+
+// waitAsked waits until the gate's pod has asked for a token.
+func (g *tokenGate) waitAsked(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.asked:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s's token was never requested", g.pod)
+	}
+}
+
+// newSlowTokenEnv is a test env whose runtimes run `sleep 60` and whose
+// token requests pass gate; the gate opens before the env's cleanup,
+// which waits for the runner.
+func newSlowTokenEnv(t *testing.T, gate *tokenGate, pods ...*corev1.Pod) *testEnv {
+	t.Helper()
+	e := newTestEnvWrapped(t, Options{Command: func(*corev1.Pod, *corev1.Container) (string, []string) {
+		return "/bin/sh", []string{"-c", "sleep 60"}
+	}}, func(cs *fake.Clientset) kubernetes.Interface { return slowTokens{cs, gate.hang} }, pods)
+	t.Cleanup(gate.open)
+	return e
 }
 
 // slowTokens is a clientset whose token requests call hang with the name

@@ -5,12 +5,9 @@ import (
 	"fmt"
 	"os"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
 )
 
 // A pod deleted outright (kubectl delete --force --grace-period=0: the
@@ -19,26 +16,8 @@ import (
 // nothing. Before starts ran in their own goroutine, the removal was
 // handled only after the start, and stopped what it started.
 func TestPodRemovedDuringItsStartKeepsNoProcesses(t *testing.T) {
-	release := make(chan struct{})
-	asked := make(chan struct{}, 1)
-	hang := func(pod string) {
-		if pod == "slow-0" {
-			select {
-			case asked <- struct{}{}:
-			default:
-			}
-			<-release
-		}
-	}
-	e := newTestEnvWrapped(t, Options{Command: func(*corev1.Pod, *corev1.Container) (string, []string) {
-		return "/bin/sh", []string{"-c", "sleep 60"}
-	}}, func(cs *fake.Clientset) kubernetes.Interface { return slowTokens{cs, hang} }, nil)
-	released := false
-	t.Cleanup(func() {
-		if !released {
-			close(release)
-		}
-	})
+	gate := newTokenGate("slow-0")
+	e := newSlowTokenEnv(t, gate)
 	// The fake clientset replays nothing to a watch: a deletion between
 	// the informer's list and its watch would never reach the runner. A
 	// pod created once the watch is recorded, and seen in the informer's
@@ -70,11 +49,7 @@ func TestPodRemovedDuringItsStartKeepsNoProcesses(t *testing.T) {
 	if _, err := e.cs.CoreV1().Pods("ns").Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-asked:
-	case <-time.After(10 * time.Second):
-		t.Fatal("slow-0's token was never requested")
-	}
+	gate.waitAsked(t)
 	if err := e.cs.CoreV1().Pods("ns").Delete(t.Context(), "slow-0", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -86,8 +61,7 @@ func TestPodRemovedDuringItsStartKeepsNoProcesses(t *testing.T) {
 		}
 		return nil
 	})
-	close(release)
-	released = true
+	gate.open()
 	eventually(t, "slow-0's start finished", func() error {
 		e.r.mu.Lock()
 		defer e.r.mu.Unlock()
