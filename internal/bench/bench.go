@@ -369,7 +369,8 @@ func watchNamespace(ctx context.Context, cfg *rest.Config, ns string) (client.Re
 }
 
 // waitReported waits until every session's runtime has reported for its
-// current pod: the runtimes are connected and watching.
+// current pod, its one turn written (settledReport): the runtimes are
+// connected and watching, and have nothing left to write.
 func waitReported(ctx context.Context, c client.Reader, ns string, names []string, f scenario.Fleet, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -379,7 +380,7 @@ func waitReported(ctx context.Context, c client.Reader, ns string, names []strin
 		}
 		ready := 0
 		for _, s := range list.Items {
-			if r := s.Status.Runtime; r != nil && string(r.PodUID) == f.Pods[s.Name].UID {
+			if settledReport(s.Status.Runtime, f.Pods[s.Name].UID) {
 				ready++
 			}
 		}
@@ -387,12 +388,21 @@ func waitReported(ctx context.Context, c client.Reader, ns string, names []strin
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d runtimes reported within %s", ready, len(names), timeout)
+			return fmt.Errorf("only %d of %d runtimes reported their turn within %s", ready, len(names), timeout)
 		}
 		if err := scenario.Sleep(ctx, time.Second); err != nil {
 			return fmt.Errorf("%w with %d of %d runtimes reported", err, ready, len(names))
 		}
 	}
+}
+
+// settledReport reports whether r is pod's runtime's report after the
+// bench's one turn: idle, with that turn's activity. The runtime writes a
+// change of activity alone up to its report refresh (60 s) late; until it
+// has, that write is still to come, and belongs to the session's start,
+// not to what comes next (the floor, the rollout, the idle window).
+func settledReport(r *lullv1.RuntimeReport, pod string) bool {
+	return r != nil && string(r.PodUID) == pod && r.ActiveTurns == 0 && r.LastActivity != nil
 }
 
 func progress(out io.Writer, what string, start time.Time, before *scenario.Fleet) func(scenario.Fleet) {

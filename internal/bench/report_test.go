@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/podprocess"
 )
 
@@ -133,5 +136,27 @@ func TestRSSBudget(t *testing.T) {
 func TestDefaultTimeoutScales(t *testing.T) {
 	if DefaultTimeout(200) != 10*time.Minute || DefaultTimeout(5000) != 30*time.Minute {
 		t.Errorf("DefaultTimeout(200) = %s, (5000) = %s", DefaultTimeout(200), DefaultTimeout(5000))
+	}
+}
+
+// A runtime's report counts as settled once its one turn is written: its
+// first report, written before the turn's activity, still has a write to
+// come (coalesced, up to the report refresh later).
+func TestSettledReportWaitsForTheTurnsActivity(t *testing.T) {
+	at := metav1.Now()
+	for _, c := range []struct {
+		name string
+		r    *lullv1.RuntimeReport
+		want bool
+	}{
+		{"no report", nil, false},
+		{"another pod's", &lullv1.RuntimeReport{PodUID: "old", LastActivity: &at}, false},
+		{"first report, before the turn's activity", &lullv1.RuntimeReport{PodUID: "p"}, false},
+		{"in the turn", &lullv1.RuntimeReport{PodUID: "p", ActiveTurns: 1, LastActivity: &at}, false},
+		{"the turn written", &lullv1.RuntimeReport{PodUID: "p", LastActivity: &at}, true},
+	} {
+		if got := settledReport(c.r, "p"); got != c.want {
+			t.Errorf("%s: settled = %v, want %v", c.name, got, c.want)
+		}
 	}
 }
