@@ -60,31 +60,22 @@ func (r Result) ReportToDeleteRatio() float64 {
 	return ratio(Percentile(r.ReportToDelete, 99), Percentile(r.WatchFloor, 99))
 }
 
-// perSession returns the controller's requests other than watches. The
-// controller's watches are its informers', one per watched kind, each
-// renewed every 5–10 minutes by client-go's reflector (a random timeout
-// between minWatchTimeout and twice it): a cost of the process that does
-// not grow with the sessions, which the idle target does not judge. A
-// runtime's watch is its own session's, and is judged.
-func perSession(requests map[string]float64) map[string]float64 {
-	out := map[string]float64{}
-	for k, v := range requests {
-		if !strings.HasPrefix(k, "WATCH ") {
-			out[k] = v
-		}
-	}
-	return out
-}
-
-// watches returns the WATCH entries of requests.
-func watches(requests map[string]float64) map[string]float64 {
-	out := map[string]float64{}
+// splitWatches splits the controller's requests into its watches and the
+// rest. The controller's watches are its informers', one per watched kind,
+// each renewed every 5–10 minutes by client-go's reflector (a random
+// timeout between minWatchTimeout and twice it): a cost of the process
+// that does not grow with the sessions, which the idle target does not
+// judge. A runtime's watch is its own session's, and is judged.
+func splitWatches(requests map[string]float64) (others, watches map[string]float64) {
+	others, watches = map[string]float64{}, map[string]float64{}
 	for k, v := range requests {
 		if strings.HasPrefix(k, "WATCH ") {
-			out[k] = v
+			watches[k] = v
+		} else {
+			others[k] = v
 		}
 	}
-	return out
+	return others, watches
 }
 
 // IdlePerMinute is requests per minute per session in the idle window.
@@ -101,6 +92,7 @@ func (r Result) IdlePerMinute(requests map[string]float64) float64 {
 func (r Result) Targets() []Target {
 	writes, _ := r.writesPerSession()
 	p99 := Percentile(r.ReportToDelete, 99)
+	own, _ := splitWatches(r.IdleController)
 	t := []Target{
 		{fmt.Sprintf("rollout ≤ %.2f× raw rollout", MaxRolloutRatio), fmt.Sprintf("%.2f×", r.RolloutRatio()),
 			r.Raw.Rollout > 0 && r.RolloutRatio() <= MaxRolloutRatio},
@@ -110,8 +102,8 @@ func (r Result) Targets() []Target {
 			writes <= MaxWritesPerSession},
 		{fmt.Sprintf("controller peak RSS ≤ %s (30 MiB × max(N,1000)/1000)", mib(RSSBudget(r.Sessions))), mib(r.PeakRSS),
 			r.PeakRSS <= RSSBudget(r.Sessions)},
-		{"controller idle requests 0 /min/session (watch renewals apart)", fmt.Sprintf("%.3f", r.IdlePerMinute(perSession(r.IdleController))),
-			sum(perSession(r.IdleController)) == 0},
+		{"controller idle requests 0 /min/session (watch renewals apart)", fmt.Sprintf("%.3f", r.IdlePerMinute(own)),
+			sum(own) == 0},
 	}
 	if r.IdleRuntimes != nil {
 		t = append(t, Target{"runtime idle requests 0 /min/session", fmt.Sprintf("%.3f", r.IdlePerMinute(r.IdleRuntimes)),
@@ -155,10 +147,10 @@ func (r Result) Print(w io.Writer) (ok bool) {
 		fmt.Fprintf(w, "  VIOLATION: %s\n", v)
 	}
 	fmt.Fprintf(w, "idle, current sessions over %s after converge\n", r.IdleWindow)
-	own := perSession(r.IdleController)
+	own, watches := splitWatches(r.IdleController)
 	fmt.Fprintf(w, "  controller: %.0f requests, %.3f /min/session: %s\n", sum(own), r.IdlePerMinute(own), byKey(own))
 	fmt.Fprintf(w, "              and %.0f watch renewals of its informers (one per watched kind every 5–10 min, whatever the sessions): %s\n",
-		sum(r.IdleController)-sum(own), byKey(watches(r.IdleController)))
+		sum(watches), byKey(watches))
 	if r.IdleRuntimes != nil {
 		fmt.Fprintf(w, "  runtimes:   %.0f requests, %.3f /min/session: %s\n", sum(r.IdleRuntimes), r.IdlePerMinute(r.IdleRuntimes), byKey(r.IdleRuntimes))
 	} else {
