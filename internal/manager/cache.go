@@ -1,8 +1,11 @@
 package manager
 
 import (
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // stripForCache is the cache transform (client-go's TransformFunc) of every
@@ -10,8 +13,11 @@ import (
 // it drops managedFields and kubectl's last-applied-configuration
 // annotation, which nothing in the controller reads and which are often the
 // larger part of a small object (a pod's managed fields alone are a few
-// KiB). The controller writes with patches and server-side apply, never an
-// update of a cached object, so nothing stripped here is written back.
+// KiB), and of the objects lull renders per session the parts of the spec
+// the controller never reads from its cache (stripSpec). The controller
+// writes with patches computed against the API server's copy (or, for
+// metadata and replicas, merge patches of the fields they change), never
+// an update of a cached object, so nothing stripped here is written back.
 func stripForCache(in any) (any, error) {
 	obj, err := meta.Accessor(in)
 	if err != nil {
@@ -25,5 +31,115 @@ func stripForCache(in any) (any, error) {
 	if a := obj.GetAnnotations(); a != nil {
 		delete(a, corev1.LastAppliedConfigAnnotation)
 	}
+	stripSpec(in)
 	return in, nil
+}
+
+// stripSpec cuts, in place, the spec of a cached pod, StatefulSet, Role,
+// RoleBinding or ServiceAccount down to what the controller reads of the
+// cached copy; at 1,000 sessions these specs were about a fifth of the
+// controller's live heap. What is kept, and who reads it:
+//
+//   - pods: spec.nodeName (rollout.Decide: a pod on a node that is gone),
+//     every reference to a ConfigMap (filesweep.Decide: a ConfigMap a pod
+//     mounts is never deleted), each container's name and image; status
+//     whole (phase, conditions, container statuses: rollout.Decide and the
+//     failure judgement);
+//   - StatefulSets: replicas, selector, service name, update strategy,
+//     claim retention and the claim templates' names (sameClaims), the pod
+//     template's metadata and its spec cut as a pod's (the catalog gate
+//     reads the runtime container's image, the files sweeper the ConfigMap
+//     references); status whole;
+//   - Roles, RoleBindings, ServiceAccounts: metadata only (and a binding's
+//     roleRef). Their writes are decided on the spec-hash annotation and
+//     computed against the API server's copy (session.ensure).
+//
+// A reader of a field cut here sees it empty: TestStripSpecKeepsWhatReadersRead
+// runs those readers on stripped and whole objects.
+func stripSpec(in any) {
+	switch o := in.(type) {
+	case *corev1.Pod:
+		o.Spec = podSpecForCache(&o.Spec)
+	case *appsv1.StatefulSet:
+		claims := make([]corev1.PersistentVolumeClaim, 0, len(o.Spec.VolumeClaimTemplates))
+		for _, c := range o.Spec.VolumeClaimTemplates {
+			claims = append(claims, corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: c.Name}})
+		}
+		o.Spec = appsv1.StatefulSetSpec{
+			Replicas:                             o.Spec.Replicas,
+			Selector:                             o.Spec.Selector,
+			ServiceName:                          o.Spec.ServiceName,
+			UpdateStrategy:                       o.Spec.UpdateStrategy,
+			PersistentVolumeClaimRetentionPolicy: o.Spec.PersistentVolumeClaimRetentionPolicy,
+			VolumeClaimTemplates:                 claims,
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: o.Spec.Template.ObjectMeta,
+				Spec:       podSpecForCache(&o.Spec.Template.Spec),
+			},
+		}
+	case *rbacv1.Role:
+		o.Rules = nil
+	case *rbacv1.RoleBinding:
+		o.Subjects = nil
+	case *corev1.ServiceAccount:
+		o.Secrets, o.ImagePullSecrets = nil, nil
+	}
+}
+
+// podSpecForCache is the part of a pod spec kept in the cache: the node,
+// the containers' names and images, and every ConfigMap reference (volumes,
+// projected sources, envFrom and env of every container kind).
+func podSpecForCache(spec *corev1.PodSpec) corev1.PodSpec {
+	out := corev1.PodSpec{NodeName: spec.NodeName}
+	for _, v := range spec.Volumes {
+		switch {
+		case v.ConfigMap != nil:
+			out.Volumes = append(out.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{ConfigMap: v.ConfigMap}})
+		case v.Projected != nil:
+			var sources []corev1.VolumeProjection
+			for _, s := range v.Projected.Sources {
+				if s.ConfigMap != nil {
+					sources = append(sources, corev1.VolumeProjection{ConfigMap: s.ConfigMap})
+				}
+			}
+			if sources != nil {
+				out.Volumes = append(out.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: sources}}})
+			}
+		}
+	}
+	out.InitContainers = containersForCache(spec.InitContainers)
+	out.Containers = containersForCache(spec.Containers)
+	for _, c := range spec.EphemeralContainers {
+		kept := containerForCache(corev1.Container{Name: c.Name, Image: c.Image, EnvFrom: c.EnvFrom, Env: c.Env})
+		out.EphemeralContainers = append(out.EphemeralContainers, corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon(kept)})
+	}
+	return out
+}
+
+func containersForCache(cs []corev1.Container) []corev1.Container {
+	if cs == nil {
+		return nil
+	}
+	out := make([]corev1.Container, len(cs))
+	for i := range cs {
+		out[i] = containerForCache(cs[i])
+	}
+	return out
+}
+
+// containerForCache keeps a container's name, image and ConfigMap
+// references.
+func containerForCache(c corev1.Container) corev1.Container {
+	out := corev1.Container{Name: c.Name, Image: c.Image}
+	for _, f := range c.EnvFrom {
+		if f.ConfigMapRef != nil {
+			out.EnvFrom = append(out.EnvFrom, corev1.EnvFromSource{ConfigMapRef: f.ConfigMapRef})
+		}
+	}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.ConfigMapKeyRef != nil {
+			out.Env = append(out.Env, corev1.EnvVar{Name: e.Name, ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: e.ValueFrom.ConfigMapKeyRef}})
+		}
+	}
+	return out
 }

@@ -1,7 +1,21 @@
 package manager
 
 import (
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
 	"testing"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/catalog/catalogtest"
+	"lull.dev/lull/internal/controller/filesweep"
+	"lull.dev/lull/internal/controller/session"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,5 +38,147 @@ func TestStripForCache(t *testing.T) {
 	}
 	if out, err := stripForCache("tombstone"); err != nil || out != "tombstone" {
 		t.Errorf("not an object: %v, %v; want it passed through", out, err)
+	}
+}
+
+// filesConfigMap is a ConfigMap the files sweeper takes for lull's, with
+// content that makes its name distinct.
+func filesConfigMap(content string) corev1.ConfigMap {
+	cm := corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", UID: types.UID("uid-" + content), ResourceVersion: "1"},
+		Data: map[string]string{"f": content}}
+	h := session.ConfigMapFilesHash(&cm)
+	cm.Name = "t-files-" + h
+	cm.Labels = map[string]string{lullv1.LabelTemplate: "t", lullv1.LabelFiles: h}
+	return cm
+}
+
+// wholePodSpec names a ConfigMap in every place a pod spec can, and carries
+// the rest a rendered session pod has (probes, resources, a projected token).
+func wholePodSpec(cms []corev1.ConfigMap) corev1.PodSpec {
+	ref := func(i int) corev1.LocalObjectReference { return corev1.LocalObjectReference{Name: cms[i].Name} }
+	noise := corev1.Container{
+		Command:        []string{"/runtime", "--serve"},
+		Resources:      corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}},
+		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}},
+		Env:            []corev1.EnvVar{{Name: "PLAIN", Value: "x"}, {Name: "SECRET", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{Key: "k"}}}},
+	}
+	with := func(name, image string, envFrom []corev1.EnvFromSource, env ...corev1.EnvVar) corev1.Container {
+		c := *noise.DeepCopy()
+		c.Name, c.Image, c.EnvFrom = name, image, envFrom
+		c.Env = append(c.Env, env...)
+		return c
+	}
+	return corev1.PodSpec{
+		NodeName:           "node-1",
+		ServiceAccountName: "s-runtime",
+		Volumes: []corev1.Volume{
+			{Name: lullv1.FilesVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: ref(0)}}},
+			{Name: "token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}},
+				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: ref(1)}},
+			}}}},
+			{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		},
+		InitContainers: []corev1.Container{with("init", "init:v1", []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: ref(2)}}})},
+		Containers: []corev1.Container{
+			with("proxy", "proxy:v1", nil),
+			with(lullv1.RuntimeContainerName, "runtime:v1", nil, corev1.EnvVar{Name: "FROM_CM", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: ref(3), Key: "f"}}}),
+		},
+		EphemeralContainers: []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug", Image: "busybox",
+			EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: ref(4)}}}}}},
+	}
+}
+
+// TestStripSpecKeepsWhatReadersRead runs the controller's readers of
+// cached pods and StatefulSets on whole objects and on the cache's
+// stripped copies, and wants the same answers: a field stripSpec cuts that
+// a reader needs would show here as a different decision.
+func TestStripSpecKeepsWhatReadersRead(t *testing.T) {
+	var cms []corev1.ConfigMap
+	for _, c := range []string{"volume", "projected", "init-envfrom", "env-keyref", "ephemeral", "unreferenced"} {
+		cms = append(cms, filesConfigMap(c))
+	}
+	spec := wholePodSpec(cms)
+	pod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s-0", UID: "pod-uid",
+		Labels: map[string]string{appsv1.ControllerRevisionHashLabelKey: "s-abc"}},
+		Spec: spec,
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: lullv1.RuntimeContainerName, RestartCount: 3}}}}
+	sts := appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", Generation: 2},
+		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1), ServiceName: "s",
+			Selector:             &metav1.LabelSelector{MatchLabels: map[string]string{lullv1.LabelSession: "s"}},
+			UpdateStrategy:       appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType},
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "work"}, Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To("fast")}}},
+			Template:             corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{lullv1.LabelSession: "s"}}, Spec: spec}},
+		Status: appsv1.StatefulSetStatus{ObservedGeneration: 2, UpdateRevision: "s-abc", Replicas: 1}}
+
+	strippedPod, strippedSts := pod.DeepCopy(), sts.DeepCopy()
+	stripSpec(strippedPod)
+	stripSpec(strippedSts)
+	if equality.Semantic.DeepEqual(strippedPod.Spec, pod.Spec) || equality.Semantic.DeepEqual(strippedSts.Spec, sts.Spec) {
+		t.Fatal("stripSpec kept every field: the test proves nothing")
+	}
+
+	// The files sweeper, once with the StatefulSet as the only referrer
+	// and once with the pod (a terminating pod of an older revision).
+	for _, o := range []struct {
+		name       string
+		whole, cut filesweep.Observed
+	}{
+		{"StatefulSet", filesweep.Observed{StatefulSets: []appsv1.StatefulSet{sts}}, filesweep.Observed{StatefulSets: []appsv1.StatefulSet{*strippedSts}}},
+		{"pod", filesweep.Observed{Pods: []corev1.Pod{pod}}, filesweep.Observed{Pods: []corev1.Pod{*strippedPod}}},
+	} {
+		now := time.Unix(1000, 0)
+		seen := map[types.UID]filesweep.Version{}
+		for _, cm := range cms {
+			seen[cm.UID] = filesweep.Version{ResourceVersion: cm.ResourceVersion, Since: now.Add(-time.Hour)}
+		}
+		for _, obs := range []*filesweep.Observed{&o.whole, &o.cut} {
+			obs.ConfigMaps, obs.UnchangedSince, obs.Now, obs.Grace = cms, seen, now, time.Minute
+		}
+		want, got := filesweep.Decide(o.whole), filesweep.Decide(o.cut)
+		for i := range want.Verdicts {
+			w, g := want.Verdicts[i], got.Verdicts[i]
+			if w.Delete != g.Delete || w.Reason != g.Reason {
+				t.Errorf("%s referrer, ConfigMap %d: stripped gives delete=%v %s, whole delete=%v %s", o.name, i, g.Delete, g.Reason, w.Delete, w.Reason)
+			}
+		}
+		if deletes := len(want.Deletes()); deletes != 1 {
+			t.Errorf("%s referrer: %d deletes on whole objects, want only the unreferenced ConfigMap's", o.name, deletes)
+		}
+	}
+
+	// The catalog gate reads the runtime container's image.
+	cat := catalogtest.Catalog()
+	tmpl := &lullv1.SessionTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: catalogtest.NamespaceA, Name: "rt"},
+		Spec: lullv1.SessionTemplateSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: lullv1.RuntimeContainerName, Image: "registry.example.com/agent-runtime:v3"}}}}}}
+	if w, g := session.GateImage(cat, tmpl, &sts, 1), session.GateImage(cat, tmpl, strippedSts, 1); w != g {
+		t.Errorf("catalog gate: stripped %+v, whole %+v", g, w)
+	}
+
+	// What rollout.Decide and the failure judgement read of a pod, and the
+	// session reconciler of a StatefulSet.
+	if strippedPod.Spec.NodeName != pod.Spec.NodeName || !equality.Semantic.DeepEqual(strippedPod.Status, pod.Status) || !equality.Semantic.DeepEqual(strippedPod.ObjectMeta, pod.ObjectMeta) {
+		t.Errorf("pod: node, status or metadata changed: %+v", strippedPod)
+	}
+	if *strippedSts.Spec.Replicas != 1 || strippedSts.Spec.VolumeClaimTemplates[0].Name != "work" || !equality.Semantic.DeepEqual(strippedSts.Status, sts.Status) ||
+		!equality.Semantic.DeepEqual(strippedSts.Spec.Template.ObjectMeta, sts.Spec.Template.ObjectMeta) {
+		t.Errorf("StatefulSet: replicas, claim names, status or template metadata changed: %+v", strippedSts)
+	}
+}
+
+func TestStripSpecOfIdentityObjects(t *testing.T) {
+	role := &rbacv1.Role{Rules: []rbacv1.PolicyRule{{Verbs: []string{"get"}}}}
+	binding := &rbacv1.RoleBinding{Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "s"}}, RoleRef: rbacv1.RoleRef{Kind: "Role", Name: "s"}}
+	sa := &corev1.ServiceAccount{Secrets: []corev1.ObjectReference{{Name: "t"}}}
+	for _, o := range []any{role, binding, sa} {
+		stripSpec(o)
+	}
+	if role.Rules != nil || binding.Subjects != nil || sa.Secrets != nil {
+		t.Errorf("identity specs kept: %v %v %v", role.Rules, binding.Subjects, sa.Secrets)
+	}
+	if binding.RoleRef.Name != "s" {
+		t.Errorf("roleRef cut: %+v", binding.RoleRef)
 	}
 }

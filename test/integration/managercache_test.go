@@ -83,6 +83,18 @@ func TestManagerCache(t *testing.T) {
 				}
 				return nil
 			})
+			// The spec is cut to what the controller reads (the
+			// manager's stripSpec): the pod's service account is not.
+			liveSpec, cachedSpec := podSpecOf(live), podSpecOf(obj)
+			if liveSpec.ServiceAccountName == "" || len(liveSpec.Containers) == 0 {
+				t.Fatalf("%T %s on the API server names no service account or container: the test proves nothing", obj, name)
+			}
+			if cachedSpec.ServiceAccountName != "" {
+				t.Errorf("%T %s cached with its whole pod spec (service account %q)", obj, name, cachedSpec.ServiceAccountName)
+			}
+			if len(cachedSpec.Containers) != len(liveSpec.Containers) || cachedSpec.Containers[0].Image != liveSpec.Containers[0].Image {
+				t.Errorf("%T %s cached without its containers' names and images: %+v", obj, name, cachedSpec.Containers)
+			}
 		}
 	})
 
@@ -159,4 +171,12 @@ func freeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// podSpecOf is a pod's spec, or a StatefulSet's pod template's.
+func podSpecOf(obj client.Object) *corev1.PodSpec {
+	if sts, ok := obj.(*appsv1.StatefulSet); ok {
+		return &sts.Spec.Template.Spec
+	}
+	return &obj.(*corev1.Pod).Spec
 }
