@@ -4,68 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"sync"
 	"testing"
 	"time"
 
-	"k8s.io/client-go/rest"
-
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/requestmetrics"
 	lullruntime "lull.dev/lull/runtime"
 )
 
-// requestCounter counts the requests of one client by kind: "get",
-// "watch", "patch" and "other".
-type requestCounter struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (c *requestCounter) instrument(cfg *rest.Config) {
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-			kind := "other"
-			switch {
-			case req.Method == http.MethodGet && req.URL.Query().Get("watch") == "true":
-				kind = "watch"
-			case req.Method == http.MethodGet:
-				kind = "get"
-			case req.Method == http.MethodPatch:
-				kind = "patch"
-			}
-			c.mu.Lock()
-			c.n[kind]++
-			c.mu.Unlock()
-			return rt.RoundTrip(req)
-		})
-	}
-}
-
-func (c *requestCounter) snapshot() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make(map[string]int, len(c.n))
-	for k, v := range c.n {
-		out[k] = v
-	}
-	return out
-}
-
-// since returns the requests of each kind made after before was taken.
-func (c *requestCounter) since(before map[string]int) map[string]int {
-	out := map[string]int{}
-	for k, v := range c.snapshot() {
+// since returns the requests tally counted after before was taken, by
+// "VERB resource" (requestmetrics.Tally's keys).
+func since(tally *requestmetrics.Tally, before map[string]int64) map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range tally.Counts() {
 		if d := v - before[k]; d != 0 {
 			out[k] = d
 		}
 	}
 	return out
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // An idle, current session's runtime costs no API request: with a report
 // refresh of 1 s, counted at the runtime's own transport against the real
@@ -84,10 +41,11 @@ func TestIdleRuntimeMakesNoRequests(t *testing.T) {
 	}
 	createIdentity(t, s)
 	pod := createRuntimePod(t, s, s.Name+"-0")
-	counter := &requestCounter{n: map[string]int{}}
+	tally := requestmetrics.NewTally()
 	cfg := runtimeTokenConfig(t, s, pod)
-	counter.instrument(cfg)
+	cfg.WrapTransport = tally.Wrap
 	const refresh = time.Second
+	const patchStatus = "PATCH sessions/status"
 	rt := runRuntime(t, lullruntime.Config{
 		SessionName: s.Name, SessionNamespace: ns, PodName: pod.Name, PodUID: pod.UID,
 		REST: cfg, ReportRefresh: refresh,
@@ -111,23 +69,23 @@ func TestIdleRuntimeMakesNoRequests(t *testing.T) {
 		if r.State != lullv1.RuntimeServing || r.RefreshSeconds != 1 || !rt.Snapshot().Accepting {
 			return fmt.Errorf("report %+v, accepting %v", r, rt.Snapshot().Accepting)
 		}
-		if counter.snapshot()["watch"] == 0 {
+		if tally.Counts()["WATCH sessions"] == 0 {
 			return errors.New("no watch yet")
 		}
 		return nil
 	})
 	quiet := func(what string) {
 		t.Helper()
-		before := counter.snapshot()
+		before := tally.Counts()
 		time.Sleep(5 * refresh)
-		if got := counter.since(before); len(got) != 0 {
+		if got := since(tally, before); len(got) != 0 {
 			t.Errorf("%s: the runtime made requests %v over 5s with a 1s refresh, want none", what, got)
 		}
 	}
 	time.Sleep(2 * refresh) // a report of the gate opening, if any, lands
 	quiet("idle")
 
-	before := counter.snapshot()
+	before := tally.Counts()
 	bumped := time.Now()
 	rt.Bump()
 	eventually(t, 10*time.Second, "the bump written", func(ctx context.Context) error {
@@ -144,11 +102,11 @@ func TestIdleRuntimeMakesNoRequests(t *testing.T) {
 		t.Errorf("the bump was written %v after it, want within the 1s refresh (and the time to read it back)", d)
 	}
 	time.Sleep(2 * refresh)
-	if got := counter.since(before); len(got) != 1 || got["patch"] != 1 {
+	if got := since(tally, before); len(got) != 1 || got[patchStatus] != 1 {
 		t.Errorf("a bump cost requests %v, want one status patch", got)
 	}
 
-	before = counter.snapshot()
+	before = tally.Counts()
 	turn, err := rt.BeginTurn(lullruntime.TurnOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +124,7 @@ func TestIdleRuntimeMakesNoRequests(t *testing.T) {
 		return nil
 	})
 	time.Sleep(2 * refresh)
-	if got := counter.since(before); len(got) != 1 || got["patch"] < 1 || got["patch"] > 2 {
+	if got := since(tally, before); len(got) != 1 || got[patchStatus] < 1 || got[patchStatus] > 2 {
 		t.Errorf("a turn cost requests %v, want one or two status patches and nothing else", got)
 	}
 	quiet("idle after the turn")

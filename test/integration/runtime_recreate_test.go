@@ -11,6 +11,7 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/drain"
+	"lull.dev/lull/internal/requestmetrics"
 	lullruntime "lull.dev/lull/runtime"
 )
 
@@ -30,9 +31,9 @@ func TestRuntimeAwaitsItsDeletedSessionWithOneWatch(t *testing.T) {
 	}
 	createIdentity(t, s)
 	pod := createRuntimePod(t, s, s.Name+"-0")
-	counter := &requestCounter{n: map[string]int{}}
+	tally := requestmetrics.NewTally()
 	cfg := runtimeTokenConfig(t, s, pod)
-	counter.instrument(cfg)
+	cfg.WrapTransport = tally.Wrap
 	rt := runRuntime(t, lullruntime.Config{
 		SessionName: s.Name, SessionNamespace: ns, PodName: pod.Name, PodUID: pod.UID, REST: cfg,
 	}, false)
@@ -54,13 +55,13 @@ func TestRuntimeAwaitsItsDeletedSessionWithOneWatch(t *testing.T) {
 		if r.State != lullv1.RuntimeServing || !rt.Snapshot().Accepting {
 			return fmt.Errorf("report %+v, accepting %v", r, rt.Snapshot().Accepting)
 		}
-		if counter.snapshot()["watch"] == 0 {
+		if tally.Counts()["WATCH sessions"] == 0 {
 			return errors.New("no watch yet")
 		}
 		return nil
 	})
 
-	before := counter.snapshot()
+	before := tally.Counts()
 	if err := admin.Delete(ctx, sessionRef(ns, s.Name)); err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func TestRuntimeAwaitsItsDeletedSessionWithOneWatch(t *testing.T) {
 		return nil
 	})
 	time.Sleep(3 * time.Second)
-	if got := counter.since(before); got["get"] != 0 || got["watch"] > 1 || len(got) > 1 {
+	if got := since(tally, before); got["GET sessions"] != 0 || got["WATCH sessions"] > 1 || len(got) > 1 {
 		t.Errorf("requests in the 3 s after the Session was deleted: %v, want at most one watch", got)
 	}
 
