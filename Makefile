@@ -12,6 +12,7 @@ all: build
 
 build:
 	$(GO) build -o $(LULL) ./cmd/lull
+	$(GO) build -o bin/lull-controller ./cmd/lull-controller
 	ln -sf lull bin/kubectl-lull  # kubectl finds it as `kubectl lull` when bin/ is on PATH
 
 # Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok

@@ -6,12 +6,15 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"lull.dev/lull/internal/version"
 )
 
 // NewRoot returns the lull command with every subcommand attached.
 func NewRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:              "lull",
+		Version:          version.String(),
 		Short:            "Roll out new runtimes to live session pods between their turns",
 		SilenceUsage:     true,
 		SilenceErrors:    false,
