@@ -16,7 +16,7 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/podprocess"
-	"lull.dev/lull/runtime"
+	"lull.dev/lull/runtimesdk"
 )
 
 // Process is what a host process hands its main: its arguments, its
@@ -73,16 +73,16 @@ func Main(ctx context.Context, p Process) error {
 	// learns who it is from the LULL_* variables and takes turns through
 	// the agent's socket.
 	socket := getenv(lullv1.EnvAgentSocket)
-	var cfg runtime.Config
+	var cfg runtimesdk.Config
 	if socket != "" {
-		cfg = runtime.Config{SessionName: getenv(lullv1.EnvSessionName), SessionNamespace: getenv(lullv1.EnvSessionNamespace),
+		cfg = runtimesdk.Config{SessionName: getenv(lullv1.EnvSessionName), SessionNamespace: getenv(lullv1.EnvSessionNamespace),
 			PodName: getenv(lullv1.EnvPodName), PodUID: types.UID(getenv(lullv1.EnvPodUID))}
 		if fs.Changed("report-refresh") {
 			log.Info("ignoring --report-refresh: the agent sidecar writes the reports (set its --report-refresh)")
 		}
 	} else {
 		var err error
-		if cfg, err = runtime.ConfigFrom(getenv); err != nil {
+		if cfg, err = runtimesdk.ConfigFrom(getenv); err != nil {
 			return err
 		}
 		cfg.ReportRefresh = reportRefresh
@@ -108,7 +108,7 @@ func FlagSet(getenv func(string) string) *pflag.FlagSet {
 
 // flagSet binds Main's flags to opts and reportRefresh. --report-refresh
 // defaults to LULL_REPORT_REFRESH (read through getenv) when that is a
-// duration within bounds; a bad one is left for runtime.ConfigFrom to name.
+// duration within bounds; a bad one is left for runtimesdk.ConfigFrom to name.
 func flagSet(opts *Options, reportRefresh *time.Duration, getenv func(string) string) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("example-runtime", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are returned, not printed
@@ -119,12 +119,12 @@ func flagSet(opts *Options, reportRefresh *time.Duration, getenv func(string) st
 	fs.DurationVar(&opts.ThinkMax, "think-max", time.Second, "longest pause between turns")
 	fs.IntVar(&opts.Turns, "turns", 0, "turns the user takes before leaving the session idle (0: no limit)")
 	fs.StringVar(&opts.Workspace, "workspace", "", "directory the session keeps across replacements (a claim's mount path): each turn journals which pods wrote there before and adds its own line to turns.log")
-	def := runtime.DefaultReportRefresh
-	if d, err := time.ParseDuration(getenv(runtime.EnvReportRefresh)); err == nil && checkReportRefresh(d) == nil {
+	def := runtimesdk.DefaultReportRefresh
+	if d, err := time.ParseDuration(getenv(runtimesdk.EnvReportRefresh)); err == nil && checkReportRefresh(d) == nil {
 		def = d
 	}
 	fs.DurationVar(reportRefresh, "report-refresh", def,
-		"the longest a change of the runtime's turns or activity stays unwritten in its report (1s to 1h); with the agent sidecar, the agent's flag applies; default from "+runtime.EnvReportRefresh)
+		"the longest a change of the runtime's turns or activity stays unwritten in its report (1s to 1h); with the agent sidecar, the agent's flag applies; default from "+runtimesdk.EnvReportRefresh)
 	return fs
 }
 
@@ -150,8 +150,8 @@ func validate(o Options, reportRefresh time.Duration) error {
 // checkReportRefresh returns an error naming --report-refresh if d is out
 // of bounds.
 func checkReportRefresh(d time.Duration) error {
-	if d < runtime.MinReportRefresh || d > runtime.MaxReportRefresh {
-		return fmt.Errorf("--report-refresh %s: want a duration between %s and %s", d, runtime.MinReportRefresh, runtime.MaxReportRefresh)
+	if d < runtimesdk.MinReportRefresh || d > runtimesdk.MaxReportRefresh {
+		return fmt.Errorf("--report-refresh %s: want a duration between %s and %s", d, runtimesdk.MinReportRefresh, runtimesdk.MaxReportRefresh)
 	}
 	return nil
 }

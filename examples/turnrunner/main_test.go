@@ -19,7 +19,7 @@ import (
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/journal"
 	"lull.dev/lull/internal/podprocess"
-	"lull.dev/lull/runtime"
+	"lull.dev/lull/runtimesdk"
 )
 
 // fakeAgent serves the agent sidecar's turn API on a unix socket and
@@ -215,7 +215,7 @@ func TestMainReadsOnlyItsOwnEnvironment(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--turns (-1) must not be negative") {
 		t.Errorf("Main --turns=-1 = %v", err)
 	}
-	err = Main(t.Context(), Process{Env: podEnv("a", "uid-a", runtime.EnvReportRefresh+"=soon", "KUBECONFIG=/nonexistent")})
+	err = Main(t.Context(), Process{Env: podEnv("a", "uid-a", runtimesdk.EnvReportRefresh+"=soon", "KUBECONFIG=/nonexistent")})
 	if err == nil || !strings.Contains(err.Error(), `LULL_REPORT_REFRESH="soon"`) {
 		t.Errorf("Main with LULL_REPORT_REFRESH=soon = %v", err)
 	}

@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"lull.dev/lull/internal/journal"
-	"lull.dev/lull/runtime"
+	"lull.dev/lull/runtimesdk"
 )
 
 // Options shape the synthetic workload. Durations are wall-clock.
@@ -81,7 +81,7 @@ type notice struct {
 // (A turn refused because the session is being suspended for inactivity
 // wakes it: the gate reopens in this pod once the controller withdraws the
 // request.)
-func Run(ctx context.Context, cfg runtime.Config, agentSocket string, opts Options) error {
+func Run(ctx context.Context, cfg runtimesdk.Config, agentSocket string, opts Options) error {
 	if opts.TurnMax < opts.TurnMin {
 		return fmt.Errorf("turn-max (%s) is less than turn-min (%s)", opts.TurnMax, opts.TurnMin)
 	}
@@ -92,7 +92,7 @@ func Run(ctx context.Context, cfg runtime.Config, agentSocket string, opts Optio
 	if agentSocket != "" {
 		g = newAgentGate(agentSocket)
 	} else {
-		rt, err := runtime.New(cfg)
+		rt, err := runtimesdk.New(cfg)
 		if err != nil {
 			return err
 		}
@@ -210,11 +210,11 @@ func workTheWorkspace(dir, pod string, turn int) ([]string, error) {
 
 // sdkGate takes turns through the runtime SDK.
 type sdkGate struct {
-	rt     *runtime.Runtime
-	states <-chan runtime.Snapshot
+	rt     *runtimesdk.Runtime
+	states <-chan runtimesdk.Snapshot
 }
 
-func newSDKGate(rt *runtime.Runtime) *sdkGate {
+func newSDKGate(rt *runtimesdk.Runtime) *sdkGate {
 	states, _ := rt.Subscribe() // for the life of the process
 	return &sdkGate{rt: rt, states: states}
 }
@@ -222,8 +222,8 @@ func newSDKGate(rt *runtime.Runtime) *sdkGate {
 func (g *sdkGate) run(ctx context.Context) error { return g.rt.Run(ctx) }
 
 func (g *sdkGate) begin(context.Context) (func() error, error) {
-	t, err := g.rt.BeginTurn(runtime.TurnOptions{})
-	if errors.Is(err, runtime.ErrDraining) {
+	t, err := g.rt.BeginTurn(runtimesdk.TurnOptions{})
+	if errors.Is(err, runtimesdk.ErrDraining) {
 		return nil, errDraining
 	}
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lull.dev/lull/internal/agent"
+	"lull.dev/lull/internal/drainsidecar"
 )
 
 func init() { subcommands = append(subcommands, newAgentCommand) }
@@ -73,20 +73,20 @@ through KUBECONFIG if set, else the pod's service account.`,
 			if err := checkReportRefresh(reportRefresh); err != nil {
 				return err
 			}
-			return agent.Run(ctx, agent.Options{Listen: listen, StateFile: stateFile, SocketMode: os.FileMode(mode),
+			return drainsidecar.Run(ctx, drainsidecar.Options{Listen: listen, StateFile: stateFile, SocketMode: os.FileMode(mode),
 				ReportRefresh: reportRefresh, Log: log})
 		},
 	}
-	cmd.Flags().StringVar(&listen, "listen", agent.DefaultListen,
+	cmd.Flags().StringVar(&listen, "listen", drainsidecar.DefaultListen,
 		"address of the agent API: host:port on loopback, or unix:///path/agent.sock")
 	cmd.Flags().StringVar(&socketMode, "socket-mode", "0660",
 		"permission of the unix socket, in octal; 0666 when only the pod's runtime container shares its directory and may run as another user")
-	defaultStateFile := agent.DefaultStateFile
-	if v := os.Getenv(agent.EnvStateFile); v != "" {
+	defaultStateFile := drainsidecar.DefaultStateFile
+	if v := os.Getenv(drainsidecar.EnvStateFile); v != "" {
 		defaultStateFile = v
 	}
 	cmd.Flags().StringVar(&stateFile, "state-file", defaultStateFile,
-		"file the agent keeps its turns in, on a volume that outlives the agent's container (an emptyDir); default from "+agent.EnvStateFile)
+		"file the agent keeps its turns in, on a volume that outlives the agent's container (an emptyDir); default from "+drainsidecar.EnvStateFile)
 	addReportRefreshFlag(cmd.Flags(), &reportRefresh,
 		"the longest a change of the runtime's turns or activity stays unwritten in its report (1s to 1h); nothing is written while nothing changes")
 	return cmd

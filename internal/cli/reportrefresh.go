@@ -7,27 +7,27 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"lull.dev/lull/runtime"
+	"lull.dev/lull/runtimesdk"
 )
 
 // addReportRefreshFlag adds --report-refresh, the longest a change of the
-// runtime's activity stays unwritten (runtime.Config.ReportRefresh),
+// runtime's activity stays unwritten (runtimesdk.Config.ReportRefresh),
 // to fs. Its default is $LULL_REPORT_REFRESH when that is a duration within
-// bounds, else runtime.DefaultReportRefresh; a bad LULL_REPORT_REFRESH is
-// left for runtime.ConfigFromEnv to name.
+// bounds, else runtimesdk.DefaultReportRefresh; a bad LULL_REPORT_REFRESH is
+// left for runtimesdk.ConfigFromEnv to name.
 func addReportRefreshFlag(fs *pflag.FlagSet, p *time.Duration, usage string) {
-	def := runtime.DefaultReportRefresh
-	if d, err := time.ParseDuration(os.Getenv(runtime.EnvReportRefresh)); err == nil && checkReportRefresh(d) == nil {
+	def := runtimesdk.DefaultReportRefresh
+	if d, err := time.ParseDuration(os.Getenv(runtimesdk.EnvReportRefresh)); err == nil && checkReportRefresh(d) == nil {
 		def = d
 	}
-	fs.DurationVar(p, "report-refresh", def, usage+"; default from "+runtime.EnvReportRefresh)
+	fs.DurationVar(p, "report-refresh", def, usage+"; default from "+runtimesdk.EnvReportRefresh)
 }
 
 // checkReportRefresh returns an error naming --report-refresh if d is out
 // of bounds.
 func checkReportRefresh(d time.Duration) error {
-	if d < runtime.MinReportRefresh || d > runtime.MaxReportRefresh {
-		return fmt.Errorf("--report-refresh %s: want a duration between %s and %s", d, runtime.MinReportRefresh, runtime.MaxReportRefresh)
+	if d < runtimesdk.MinReportRefresh || d > runtimesdk.MaxReportRefresh {
+		return fmt.Errorf("--report-refresh %s: want a duration between %s and %s", d, runtimesdk.MinReportRefresh, runtimesdk.MaxReportRefresh)
 	}
 	return nil
 }

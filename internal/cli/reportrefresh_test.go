@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lull.dev/lull/runtime"
+	"lull.dev/lull/runtimesdk"
 )
 
 func TestReportRefreshFlag(t *testing.T) {
@@ -17,16 +17,16 @@ func TestReportRefreshFlag(t *testing.T) {
 	} {
 		// The default follows LULL_REPORT_REFRESH, when it is usable.
 		for env, want := range map[string]string{"": "1m0s", "30s": "30s", "2h": "1m0s", "soon": "1m0s"} {
-			t.Setenv(runtime.EnvReportRefresh, env)
+			t.Setenv(runtimesdk.EnvReportRefresh, env)
 			f := newCmd().Flags().Lookup("report-refresh")
 			if f == nil {
 				t.Fatalf("%s has no --report-refresh", name)
 			}
 			if f.DefValue != want {
-				t.Errorf("%s with %s=%q: --report-refresh defaults to %s, want %s", name, runtime.EnvReportRefresh, env, f.DefValue, want)
+				t.Errorf("%s with %s=%q: --report-refresh defaults to %s, want %s", name, runtimesdk.EnvReportRefresh, env, f.DefValue, want)
 			}
 		}
-		t.Setenv(runtime.EnvReportRefresh, "")
+		t.Setenv(runtimesdk.EnvReportRefresh, "")
 
 		// Out of bounds: refused before anything starts, naming the flag.
 		for _, v := range []string{"500ms", "2h", "0s"} {

@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/agent"
+	"lull.dev/lull/internal/drainsidecar"
 )
 
 // agentHelper, as the first argument of the test binary, makes it stand in
@@ -300,7 +300,7 @@ func TestListenAddress(t *testing.T) {
 		{[]string{"--listen=unix:///h/sock/agent.sock", "--state-file=/x"}, "unix", "/h/sock/agent.sock"},
 		{[]string{"--listen", "unix:///h/agent.sock"}, "unix", "/h/agent.sock"},
 		{[]string{"--listen=127.0.0.1:9000"}, "tcp", "127.0.0.1:9000"},
-		{nil, "tcp", agent.DefaultListen},
+		{nil, "tcp", drainsidecar.DefaultListen},
 	} {
 		if network, addr := listenAddress(tc.args); network != tc.network || addr != tc.addr {
 			t.Errorf("listenAddress(%q) = %s %s, want %s %s", tc.args, network, addr, tc.network, tc.addr)

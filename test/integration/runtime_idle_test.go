@@ -9,7 +9,7 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/requestmetrics"
-	lullruntime "lull.dev/lull/runtime"
+	"lull.dev/lull/runtimesdk"
 )
 
 // since returns the requests tally counted after before was taken, by
@@ -46,7 +46,7 @@ func TestIdleRuntimeMakesNoRequests(t *testing.T) {
 	cfg.WrapTransport = tally.Wrap
 	const refresh = time.Second
 	const patchStatus = "PATCH sessions/status"
-	rt := runRuntime(t, lullruntime.Config{
+	rt := runRuntime(t, runtimesdk.Config{
 		SessionName: s.Name, SessionNamespace: ns, PodName: pod.Name, PodUID: pod.UID,
 		REST: cfg, ReportRefresh: refresh,
 	}, false)
@@ -107,7 +107,7 @@ func TestIdleRuntimeMakesNoRequests(t *testing.T) {
 	}
 
 	before = tally.Counts()
-	turn, err := rt.BeginTurn(lullruntime.TurnOptions{})
+	turn, err := rt.BeginTurn(runtimesdk.TurnOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

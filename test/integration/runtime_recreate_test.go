@@ -12,7 +12,7 @@ import (
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/drain"
 	"lull.dev/lull/internal/requestmetrics"
-	lullruntime "lull.dev/lull/runtime"
+	"lull.dev/lull/runtimesdk"
 )
 
 // A runtime whose pod outlives its Session (kubectl delete
@@ -34,7 +34,7 @@ func TestRuntimeAwaitsItsDeletedSessionWithOneWatch(t *testing.T) {
 	tally := requestmetrics.NewTally()
 	cfg := runtimeTokenConfig(t, s, pod)
 	cfg.WrapTransport = tally.Wrap
-	rt := runRuntime(t, lullruntime.Config{
+	rt := runRuntime(t, runtimesdk.Config{
 		SessionName: s.Name, SessionNamespace: ns, PodName: pod.Name, PodUID: pod.UID, REST: cfg,
 	}, false)
 	report := func(ctx context.Context) (*lullv1.RuntimeReport, error) {

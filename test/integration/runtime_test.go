@@ -11,7 +11,7 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/drain"
-	lullruntime "lull.dev/lull/runtime"
+	"lull.dev/lull/runtimesdk"
 )
 
 // testLogWriter sends slog lines to the test log while the test runs.
@@ -40,7 +40,7 @@ func TestRuntimeSDK(t *testing.T) {
 	pod := createRuntimePod(t, s, s.Name+"-0")
 	podUID := pod.UID
 
-	rt := runRuntime(t, lullruntime.Config{
+	rt := runRuntime(t, runtimesdk.Config{
 		SessionName:      s.Name,
 		SessionNamespace: ns,
 		PodName:          pod.Name,
@@ -77,12 +77,12 @@ func TestRuntimeSDK(t *testing.T) {
 			return nil
 		}
 	}
-	beginTurn := func(what string) *lullruntime.Turn {
+	beginTurn := func(what string) *runtimesdk.Turn {
 		t.Helper()
-		var turn *lullruntime.Turn
+		var turn *runtimesdk.Turn
 		eventually(t, 10*time.Second, what, func(context.Context) error {
 			var err error
-			turn, err = rt.BeginTurn(lullruntime.TurnOptions{})
+			turn, err = rt.BeginTurn(runtimesdk.TurnOptions{})
 			return err
 		})
 		return turn
@@ -100,18 +100,18 @@ func TestRuntimeSDK(t *testing.T) {
 	}
 
 	waitReport("runtime reports Draining with the turn in flight", state(lullv1.RuntimeDraining, 1, reqID))
-	_, err := rt.BeginTurn(lullruntime.TurnOptions{})
-	if !errors.Is(err, lullruntime.ErrDraining) {
+	_, err := rt.BeginTurn(runtimesdk.TurnOptions{})
+	if !errors.Is(err, runtimesdk.ErrDraining) {
 		t.Fatalf("BeginTurn while draining: got %v, want ErrDraining", err)
 	}
-	var de *lullruntime.DrainingError
+	var de *runtimesdk.DrainingError
 	if !errors.As(err, &de) || de.RequestID != reqID || de.Reason != lullv1.DrainReasonUpdate {
 		t.Errorf("BeginTurn while draining: error %#v, want a DrainingError for request %s", err, reqID)
 	}
 
 	turn.End()
 	waitReport("runtime reports Drained once the turn ends", state(lullv1.RuntimeDrained, 0, reqID))
-	if _, err := rt.BeginTurn(lullruntime.TurnOptions{}); !errors.Is(err, lullruntime.ErrDraining) {
+	if _, err := rt.BeginTurn(runtimesdk.TurnOptions{}); !errors.Is(err, runtimesdk.ErrDraining) {
 		t.Fatalf("BeginTurn while drained: got %v, want ErrDraining (sealed)", err)
 	}
 
@@ -138,12 +138,12 @@ func TestRuntimeSDK(t *testing.T) {
 // runRuntime starts a runtime of cfg (logging to the test's log when cfg
 // has no Logger) until the test ends, then waits up to 15 s for Run to
 // return; with cleanExit, an error from Run fails the test.
-func runRuntime(t *testing.T, cfg lullruntime.Config, cleanExit bool) *lullruntime.Runtime {
+func runRuntime(t *testing.T, cfg runtimesdk.Config, cleanExit bool) *runtimesdk.Runtime {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
-	rt, err := lullruntime.New(cfg)
+	rt, err := runtimesdk.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,47 @@
+package runtimesdk
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+)
+
+// backoff is an exponential backoff with jitter for retrying API calls: the
+// n-th consecutive failure waits min(initial·2ⁿ, max), ±50%. The wide
+// jitter matters when many runtimes fail together (the API server
+// restarted): their retries spread out instead of arriving as one burst.
+type backoff struct {
+	initial, max time.Duration
+	next         time.Duration
+}
+
+// step returns how long to wait before the next attempt.
+func (b *backoff) step() time.Duration {
+	if b.next == 0 {
+		b.next = b.initial
+	}
+	d := b.next
+	b.next = min(2*b.next, b.max)
+	jitter := time.Duration((rand.Float64() - 0.5) * float64(d))
+	return d + jitter
+}
+
+// spread returns a random duration in [0, d): the pause before a step every
+// runtime of a fleet may take at the same moment (a watch the API server
+// closed for all of them when it stopped).
+func spread(d time.Duration) time.Duration { return rand.N(d) }
+
+// reset starts the next failure from initial again.
+func (b *backoff) reset() { b.next = 0 }
+
+// sleep waits d or until ctx is done, and reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
