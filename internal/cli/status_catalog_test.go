@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/rollout"
 )
 
 // `lull status` says why a rollout does not move: as for a pause, a
@@ -28,7 +27,7 @@ func TestStatusNamesTheCatalogHoldingARollout(t *testing.T) {
 			Message: `runtime image registry.example.com/rt:v2 in namespace team-a: tag v2 of registry.example.com/rt is not in RuntimeCatalog "default"`}}},
 	}
 	s := &lullv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s1"}, Spec: lullv1.SessionSpec{TemplateRef: lullv1.TemplateReference{Name: "rt"}},
-		Status: lullv1.SessionStatus{Conditions: []metav1.Condition{{Type: lullv1.ConditionUpToDate, Status: metav1.ConditionFalse, Reason: rollout.ReasonWaitingForWave}}}}
+		Status: lullv1.SessionStatus{Conditions: []metav1.Condition{{Type: lullv1.ConditionUpToDate, Status: metav1.ConditionFalse, Reason: lullv1.ReasonWaitingForWave}}}}
 	var out bytes.Buffer
 	if err := printStatus(t.Context(), &out, catalogClient(tpl, s), ns, []string{"rt"}); err != nil {
 		t.Fatal(err)

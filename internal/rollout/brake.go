@@ -13,15 +13,6 @@ import (
 	lullv1 "lull.dev/lull/api/v1alpha1"
 )
 
-// Reasons of the RolloutPaused and BreakGlass conditions.
-const (
-	ReasonPausedByHand     = "Paused"
-	ReasonFailureThreshold = "FailureThreshold"
-	ReasonNotPaused        = "Progressing"
-	ReasonBreakGlassActive = "InForce"
-	ReasonRevisionMismatch = "RevisionMismatch"
-)
-
 // DefaultProgressDeadline is progressDeadlineSeconds when unset, as a
 // Deployment's.
 const DefaultProgressDeadline = 600 * time.Second
@@ -48,7 +39,7 @@ type Brake struct {
 // condition says PodFailed (the runtime container cannot start), or has
 // not been True for progressDeadlineSeconds; a session left with no pod
 // for that long counts as failing too, unless it waits for the template's
-// files ConfigMap (ReasonFilesNotReady). Once the brake stops a
+// files ConfigMap (lullv1.ReasonFilesNotReady). Once the brake stops a
 // revision it stays stopped until the revision changes or the template's
 // lull.dev/resume-rollout annotation names it. Sessions already moving
 // finish; the others keep their revision.
@@ -74,7 +65,7 @@ func DecideBrake(t *lullv1.SessionTemplate, rev string, sessions []lullv1.Sessio
 		if s.Status.TemplateRevision != rev && !noPod {
 			continue
 		}
-		if hasConditionReason(s, lullv1.ConditionUpToDate, ReasonFilesNotReady) {
+		if hasConditionReason(s, lullv1.ConditionUpToDate, lullv1.ReasonFilesNotReady) {
 			// It waits for the template's files ConfigMap and has not
 			// moved: no pod was taken away, and the template's FilesReady
 			// condition already names the cause. Pausing would outlast it.
@@ -85,7 +76,7 @@ func DecideBrake(t *lullv1.SessionTemplate, rev string, sessions []lullv1.Sessio
 			continue
 		}
 		switch since := now.Sub(c.LastTransitionTime.Time); {
-		case c.Reason == ReasonPodFailed || since >= deadline:
+		case c.Reason == lullv1.ReasonPodFailed || since >= deadline:
 			b.Failing = append(b.Failing, s.Name)
 		case b.RequeueAfter == 0 || deadline-since < b.RequeueAfter:
 			b.RequeueAfter = deadline - since
@@ -103,13 +94,13 @@ func DecideBrake(t *lullv1.SessionTemplate, rev string, sessions []lullv1.Sessio
 	resumed := t.Annotations[lullv1.AnnotationResumeRollout] == rev
 	switch {
 	case p.Paused:
-		b.Paused, b.Reason, b.Message = true, ReasonPausedByHand, "spec.updatePolicy.paused is true: no session starts moving; those moving finish"
+		b.Paused, b.Reason, b.Message = true, lullv1.ReasonPausedByHand, "spec.updatePolicy.paused is true: no session starts moving; those moving finish"
 	case !resumed && (t.Status.PausedRevision == rev || len(b.Failing) >= n):
-		b.Paused, b.Reason, b.PausedRevision = true, ReasonFailureThreshold, rev
+		b.Paused, b.Reason, b.PausedRevision = true, lullv1.ReasonFailureThreshold, rev
 		b.Message = fmt.Sprintf("%d session(s) failed on revision %s (failureThreshold %d): %s; sessions not yet moved keep their revision. "+
 			"Fix the template (a new revision continues) or `lull rollout resume %s`", len(b.Failing), rev, n, names(b.Failing, 5), t.Name)
 	default:
-		b.Reason, b.Message = ReasonNotPaused, "sessions move as the update policy allows"
+		b.Reason, b.Message = lullv1.ReasonNotPaused, "sessions move as the update policy allows"
 	}
 	return b
 }

@@ -19,7 +19,7 @@ func TestBrakeCountsASessionWhoseNewPodIsNeverCreated(t *testing.T) {
 	f := newFixture()
 	f.o.StatefulSet.Spec.Template.Labels = map[string]string{lullv1.LabelTemplateRevision: "tpl-new"}
 	f.o.Pod = nil
-	f.o.Session.Status.Conditions = []metav1.Condition{{Type: lullv1.ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonPodPending,
+	f.o.Session.Status.Conditions = []metav1.Condition{{Type: lullv1.ConditionReady, Status: metav1.ConditionFalse, Reason: lullv1.ReasonPodPending,
 		LastTransitionTime: metav1.NewTime(now.Add(-20 * time.Minute))}}
 	st := NextStatus(f.o, Decide(f.o))
 	s := *f.o.Session
@@ -38,14 +38,14 @@ func TestBrakeSkipsASessionWaitingForFiles(t *testing.T) {
 	old := metav1.NewTime(now.Add(-20 * time.Minute))
 	s := lullv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "s"}}
 	s.Status.Conditions = []metav1.Condition{
-		{Type: lullv1.ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonPodPending, LastTransitionTime: old},
-		{Type: lullv1.ConditionUpToDate, Status: metav1.ConditionUnknown, Reason: ReasonFilesNotReady, LastTransitionTime: old},
+		{Type: lullv1.ConditionReady, Status: metav1.ConditionFalse, Reason: lullv1.ReasonPodPending, LastTransitionTime: old},
+		{Type: lullv1.ConditionUpToDate, Status: metav1.ConditionUnknown, Reason: lullv1.ReasonFilesNotReady, LastTransitionTime: old},
 	}
 	tpl := &lullv1.SessionTemplate{ObjectMeta: metav1.ObjectMeta{Name: "t"}}
 	if b := DecideBrake(tpl, "tpl-new", []lullv1.Session{s}, now); b.Paused || len(b.Failing) != 0 {
 		t.Errorf("a session waiting for files trips the brake: paused=%v failing=%v", b.Paused, b.Failing)
 	}
-	s.Status.Conditions[1].Reason = ReasonPodPending
+	s.Status.Conditions[1].Reason = lullv1.ReasonPodPending
 	if b := DecideBrake(tpl, "tpl-new", []lullv1.Session{s}, now); !b.Paused {
 		t.Error("the same session without FilesNotReady does not trip the brake: the test proves nothing")
 	}

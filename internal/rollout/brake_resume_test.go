@@ -19,7 +19,7 @@ import (
 // pauses the rollout for everyone.
 func TestBrakeIgnoresAResumedSessionStarting(t *testing.T) {
 	f := newFixture()
-	f.o.Session.Status.Conditions = []metav1.Condition{{Type: lullv1.ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonSuspended,
+	f.o.Session.Status.Conditions = []metav1.Condition{{Type: lullv1.ConditionReady, Status: metav1.ConditionFalse, Reason: lullv1.ReasonSuspended,
 		LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}}
 	// Resumed: the StatefulSet scaled back up and made a pod of the update
 	// revision, which is starting.

@@ -27,10 +27,10 @@ func TestDecideBrake(t *testing.T) {
 			UpdatePolicy: lullv1.UpdatePolicy{ProgressDeadlineSeconds: &deadline}}}
 	}
 	ok := onRevision("ok", rev, metav1.ConditionTrue, "PodReady", time.Hour)
-	crashing := onRevision("crashing", rev, metav1.ConditionFalse, ReasonPodFailed, time.Second)
+	crashing := onRevision("crashing", rev, metav1.ConditionFalse, lullv1.ReasonPodFailed, time.Second)
 	slow := onRevision("slow", rev, metav1.ConditionFalse, "PodNotReady", 2*time.Minute)
 	starting := onRevision("starting", rev, metav1.ConditionFalse, "PodNotReady", 20*time.Second)
-	oldFailing := onRevision("old-failing", "old", metav1.ConditionFalse, ReasonPodFailed, time.Hour)
+	oldFailing := onRevision("old-failing", "old", metav1.ConditionFalse, lullv1.ReasonPodFailed, time.Hour)
 	two := intstr.FromInt32(2)
 	for _, tc := range []struct {
 		name     string
@@ -41,27 +41,27 @@ func TestDecideBrake(t *testing.T) {
 		failing  string
 		requeue  time.Duration
 	}{
-		{name: "healthy", sessions: []lullv1.Session{ok, starting, oldFailing}, reason: ReasonNotPaused, requeue: 40 * time.Second},
+		{name: "healthy", sessions: []lullv1.Session{ok, starting, oldFailing}, reason: lullv1.ReasonNotPaused, requeue: 40 * time.Second},
 		{name: "one crash-looping session on the update revision stops it (default threshold 1)",
-			sessions: []lullv1.Session{ok, crashing, oldFailing}, paused: true, reason: ReasonFailureThreshold, failing: "crashing"},
+			sessions: []lullv1.Session{ok, crashing, oldFailing}, paused: true, reason: lullv1.ReasonFailureThreshold, failing: "crashing"},
 		{name: "not Ready past the progress deadline counts as failed",
-			sessions: []lullv1.Session{ok, slow}, paused: true, reason: ReasonFailureThreshold, failing: "slow"},
+			sessions: []lullv1.Session{ok, slow}, paused: true, reason: lullv1.ReasonFailureThreshold, failing: "slow"},
 		{name: "below a threshold of 2",
 			edit:     func(t *lullv1.SessionTemplate) { t.Spec.UpdatePolicy.FailureThreshold = &two },
-			sessions: []lullv1.Session{ok, crashing}, reason: ReasonNotPaused, failing: "crashing"},
+			sessions: []lullv1.Session{ok, crashing}, reason: lullv1.ReasonNotPaused, failing: "crashing"},
 		{name: "a stopped revision stays stopped after its failing pods recover",
 			edit:     func(t *lullv1.SessionTemplate) { t.Status.PausedRevision = rev },
-			sessions: []lullv1.Session{ok}, paused: true, reason: ReasonFailureThreshold},
+			sessions: []lullv1.Session{ok}, paused: true, reason: lullv1.ReasonFailureThreshold},
 		{name: "a new revision releases the brake",
 			edit:     func(t *lullv1.SessionTemplate) { t.Status.PausedRevision = "older" },
-			sessions: []lullv1.Session{ok}, reason: ReasonNotPaused},
+			sessions: []lullv1.Session{ok}, reason: lullv1.ReasonNotPaused},
 		{name: "lull rollout resume names the revision",
 			edit: func(t *lullv1.SessionTemplate) {
 				t.Status.PausedRevision = rev
 				t.Annotations = map[string]string{lullv1.AnnotationResumeRollout: rev}
-			}, sessions: []lullv1.Session{ok, crashing}, reason: ReasonNotPaused, failing: "crashing"},
+			}, sessions: []lullv1.Session{ok, crashing}, reason: lullv1.ReasonNotPaused, failing: "crashing"},
 		{name: "paused by hand", edit: func(t *lullv1.SessionTemplate) { t.Spec.UpdatePolicy.Paused = true },
-			sessions: []lullv1.Session{ok}, paused: true, reason: ReasonPausedByHand},
+			sessions: []lullv1.Session{ok}, paused: true, reason: lullv1.ReasonPausedByHand},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tmpl := base()
@@ -72,7 +72,7 @@ func TestDecideBrake(t *testing.T) {
 			if b.Paused != tc.paused || b.Reason != tc.reason || strings.Join(b.Failing, ",") != tc.failing {
 				t.Errorf("brake = paused %v, %s, failing %v (%s); want paused %v, %s, failing %s", b.Paused, b.Reason, b.Failing, b.Message, tc.paused, tc.reason, tc.failing)
 			}
-			if b.Paused && tc.reason == ReasonFailureThreshold && b.PausedRevision != rev {
+			if b.Paused && tc.reason == lullv1.ReasonFailureThreshold && b.PausedRevision != rev {
 				t.Errorf("pausedRevision = %q, want %q", b.PausedRevision, rev)
 			}
 			if b.RequeueAfter != tc.requeue {

@@ -64,13 +64,13 @@ func TestLifetimeDrainDoesNotShieldAStalePodFromTheUpdatePolicy(t *testing.T) {
 	// Under Passive the lifetime restart is how it converges: it goes on.
 	f := lifetimeDrainingFixture()
 	f.o.Policy = lullv1.UpdatePolicy{Strategy: lullv1.UpdateStrategyPassive}
-	if a := Decide(f.o); a.Kind != Wait || a.Reason != ReasonLifetime || a.Drain == nil || a.Drain.Reason != lullv1.DrainReasonLifetime {
+	if a := Decide(f.o); a.Kind != Wait || a.Reason != lullv1.ReasonLifetime || a.Drain == nil || a.Drain.Reason != lullv1.DrainReasonLifetime {
 		t.Fatalf("Passive: %s/%s %+v; want the lifetime drain kept", a.Kind, a.Reason, a.Drain)
 	}
 	// A current pod keeps its lifetime drain.
 	f = lifetimeDrainingFixture()
 	f.o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] = newRev
-	if a := Decide(f.o); a.Kind != Wait || a.Reason != ReasonLifetime || a.Drain == nil {
+	if a := Decide(f.o); a.Kind != Wait || a.Reason != lullv1.ReasonLifetime || a.Drain == nil {
 		t.Fatalf("current pod: %s/%s; want the lifetime drain kept", a.Kind, a.Reason)
 	}
 }

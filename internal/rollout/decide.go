@@ -78,68 +78,6 @@ const (
 	DeleteSession Kind = "DeleteSession"
 )
 
-// Reasons are machine-readable CamelCase words used in conditions and Events.
-const (
-	ReasonSuspended          = "Suspended"
-	ReasonSuspending         = "Suspending"
-	ReasonStatefulSetPending = "StatefulSetPending"
-	ReasonRevisionUnknown    = "RevisionUnknown"
-	ReasonPodPending         = "PodPending"
-	// ReasonClaimPending: the session's pod waits for a
-	// PersistentVolumeClaim (Ready condition only).
-	ReasonClaimPending        = "ClaimPending"
-	ReasonPodTerminating      = "PodTerminating"
-	ReasonPodStuckTerminating = "PodStuckTerminating"
-	ReasonPodStarting         = "PodStarting"
-	ReasonUpToDate            = "UpToDate"
-	ReasonPodFailed           = "PodFailed"
-	ReasonNeverStarted        = "NeverStarted"
-	ReasonReplacementBackoff  = "ReplacementBackoff"
-	ReasonForced              = "Forced"
-	// ReasonUpdatePending: under the Passive strategy, the pod runs a
-	// stale revision and waits to be replaced for another reason.
-	ReasonUpdatePending = "UpdatePending"
-	// ReasonReplaced: the Replace strategy replaced a stale pod without a
-	// drain.
-	ReasonReplaced = "Replaced"
-	// ReasonDrainDeadlineExceeded: the drain request's deadline passed and
-	// onDrainTimeout is Replace; the pod is replaced.
-	ReasonDrainDeadlineExceeded = "DrainDeadlineExceeded"
-	// ReasonDrainOverdue: the deadline passed and onDrainTimeout is Wait.
-	ReasonDrainOverdue   = "DrainOverdue"
-	ReasonDrainRequested = "DrainRequested"
-	// ReasonIdleCull: the session has been idle past its limit; it is
-	// drained (reason Idle), then suspended or deleted.
-	ReasonIdleCull = "IdleCull"
-	// ReasonIdleCullWithdrawn: activity during an idle drain (a turn, a
-	// Bump, lull resume) withdrew it; the session keeps running.
-	ReasonIdleCullWithdrawn = "IdleCullWithdrawn"
-	// ReasonLifetime: the pod has reached the template's maxLifetime; it
-	// is drained (reason Lifetime) and replaced.
-	ReasonLifetime = "Lifetime"
-	// ReasonRuntimeNotReporting: the current pod has been ready for
-	// lifecycle.FirstReportGrace and its runtime has no report of its own
-	// (Active condition); the session is never culled.
-	ReasonRuntimeNotReporting = "RuntimeNotReporting"
-	ReasonDraining            = "Draining"
-	ReasonDrained             = "Drained"
-
-	// Reasons of a session lull cannot move on its own (see Blocked).
-	ReasonTemplateNotFound = "TemplateNotFound"
-	ReasonRenderFailed     = "RenderFailed"
-	ReasonNameConflict     = "NameConflict"
-	// ReasonFilesNotReady: the ConfigMap of the template's spec.files does
-	// not exist as lull would create it (the template's FilesReady
-	// condition says why); the session keeps its pod and its StatefulSet
-	// as they are until it does.
-	ReasonFilesNotReady = "FilesNotReady"
-
-	// ReasonPredecessorTerminating: a Session recreated under a name waits
-	// until the objects its predecessor left (a StatefulSet, a pod, claims)
-	// are deleted, so its StatefulSet never adopts the predecessor's pod.
-	ReasonPredecessorTerminating = "PredecessorTerminating"
-)
-
 // Blocked reports whether a session's UpToDate reason means it cannot move
 // until someone acts: a pod stuck terminating, a missing template, objects
 // the API server refuses, a name taken by an object lull does not own, a
@@ -147,7 +85,7 @@ const (
 // ConfigMap cannot be created.
 func Blocked(reason string) bool {
 	switch reason {
-	case ReasonPodStuckTerminating, ReasonTemplateNotFound, ReasonRenderFailed, ReasonNameConflict, lullv1.ReasonImageNotAllowed, ReasonFilesNotReady:
+	case lullv1.ReasonPodStuckTerminating, lullv1.ReasonTemplateNotFound, lullv1.ReasonRenderFailed, lullv1.ReasonNameConflict, lullv1.ReasonImageNotAllowed, lullv1.ReasonFilesNotReady:
 		return true
 	}
 	return false
@@ -221,16 +159,16 @@ func Decide(o Observed) Action {
 		return decideSuspend(o, j)
 	}
 	if o.StatefulSet == nil {
-		return Action{Kind: Wait, Reason: ReasonStatefulSetPending, Message: "waiting for the StatefulSet to be created"}
+		return Action{Kind: Wait, Reason: lullv1.ReasonStatefulSetPending, Message: "waiting for the StatefulSet to be created"}
 	}
 	sts := o.StatefulSet
 	if sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdateRevision == "" {
-		return Action{Kind: Wait, Reason: ReasonRevisionUnknown, Drain: current,
+		return Action{Kind: Wait, Reason: lullv1.ReasonRevisionUnknown, Drain: current,
 			Message: fmt.Sprintf("waiting for the StatefulSet controller to observe generation %d and publish an update revision", sts.Generation)}
 	}
 	switch {
 	case pod == nil:
-		return Action{Kind: Wait, Reason: ReasonPodPending, Message: "waiting for the StatefulSet controller to create the pod"}
+		return Action{Kind: Wait, Reason: lullv1.ReasonPodPending, Message: "waiting for the StatefulSet controller to create the pod"}
 	case pod.DeletionTimestamp != nil:
 		return terminating(o, "")
 	}
@@ -239,7 +177,7 @@ func Decide(o Observed) Action {
 		if a, ok := decideLifecycle(o, j, false); ok {
 			return a
 		}
-		return Action{Kind: Wait, Reason: ReasonUpToDate, Message: upToDateMessage(pod, update)}
+		return Action{Kind: Wait, Reason: lullv1.ReasonUpToDate, Message: upToDateMessage(pod, update)}
 	}
 
 	if a, ok := replaceUnserved(o, true); ok {
@@ -248,7 +186,7 @@ func Decide(o Observed) Action {
 
 	want := updateRequest(s.Status, pod.UID, update, o.Now, o.Policy)
 	if force := s.Annotations[lullv1.AnnotationForceUpdate]; force == "true" || (force != "" && force == want.RequestID) {
-		return Action{Kind: DeletePod, Reason: ReasonForced, PodUID: pod.UID, Drain: want,
+		return Action{Kind: DeletePod, Reason: lullv1.ReasonForced, PodUID: pod.UID, Drain: want,
 			Message: fmt.Sprintf("%s=%s: replacing stale pod %s without waiting for a drain", lullv1.AnnotationForceUpdate, force, pod.Name)}
 	}
 	if a, ok := decideLifecycle(o, j, true); ok {
@@ -259,7 +197,7 @@ func Decide(o Observed) Action {
 		// request of a suspension taken back, or a lifecycle request for
 		// an earlier pod is withdrawn: the runtime reopens. Its Drained
 		// report, if any, answers nothing.
-		return Action{Kind: Wait, Reason: ReasonUpdatePending,
+		return Action{Kind: Wait, Reason: lullv1.ReasonUpdatePending,
 			Message: fmt.Sprintf("pod %s runs revision %s; the update to revision %s waits until the pod is replaced for another reason (strategy Passive)", pod.Name, PodRevision(pod), update)}
 	}
 
@@ -271,7 +209,7 @@ func Decide(o Observed) Action {
 		if want.Deadline != nil {
 			msg += fmt.Sprintf(", deadline %s", want.Deadline.UTC().Format(time.RFC3339))
 		}
-		a := Action{Kind: RequestDrain, Reason: ReasonDrainRequested, Drain: want, Message: msg}
+		a := Action{Kind: RequestDrain, Reason: lullv1.ReasonDrainRequested, Drain: want, Message: msg}
 		if want.Deadline != nil {
 			a.RequeueAfter = max(want.Deadline.Sub(o.Now), 0) + time.Second/10
 		}
@@ -282,7 +220,7 @@ func Decide(o Observed) Action {
 		return deadlinePassed(o)
 	default:
 		// want is current, with a deadline added if the policy now has one.
-		a := Action{Kind: Wait, Reason: ReasonDraining, Drain: want,
+		a := Action{Kind: Wait, Reason: lullv1.ReasonDraining, Drain: want,
 			Message: fmt.Sprintf("waiting for the runtime of pod %s to drain (request %s)", pod.Name, want.RequestID)}
 		if want.Deadline != nil {
 			a.Message += fmt.Sprintf("; deadline %s", want.Deadline.UTC().Format(time.RFC3339))
@@ -304,14 +242,14 @@ func deadlinePassed(o Observed) Action {
 	}
 	switch {
 	case o.Policy.Strategy == lullv1.UpdateStrategyReplace:
-		return Action{Kind: DeletePod, Reason: ReasonReplaced, PodUID: pod.UID, Drain: current,
+		return Action{Kind: DeletePod, Reason: lullv1.ReasonReplaced, PodUID: pod.UID, Drain: current,
 			Message: fmt.Sprintf("strategy Replace: replacing stale pod %s without a drain (request %s), with %s", pod.Name, current.RequestID, turns)}
 	case o.Policy.OnDrainTimeout == lullv1.DrainTimeoutReplace:
-		return Action{Kind: DeletePod, Reason: ReasonDrainDeadlineExceeded, PodUID: pod.UID, Drain: current,
+		return Action{Kind: DeletePod, Reason: lullv1.ReasonDrainDeadlineExceeded, PodUID: pod.UID, Drain: current,
 			Message: fmt.Sprintf("drain request %s passed its deadline %s undrained; replacing pod %s with %s (onDrainTimeout Replace)",
 				current.RequestID, current.Deadline.UTC().Format(time.RFC3339), pod.Name, turns)}
 	default:
-		return Action{Kind: Wait, Reason: ReasonDrainOverdue, Drain: current,
+		return Action{Kind: Wait, Reason: lullv1.ReasonDrainOverdue, Drain: current,
 			Message: fmt.Sprintf("drain request %s passed its deadline %s; still waiting for the runtime of pod %s (%s; onDrainTimeout Wait)",
 				current.RequestID, current.Deadline.UTC().Format(time.RFC3339), pod.Name, turns)}
 	}
@@ -336,7 +274,7 @@ func finishCommitted(o Observed, j lifecycle.Judgement) (Action, bool) {
 	if c.Reason == lullv1.ReplacementDrained && s.Spec.Suspend {
 		// Replicas scales the StatefulSet to zero, which removes the pod;
 		// deleting it as well could race a recreation.
-		return Action{Kind: Wait, Reason: ReasonSuspending, Drain: s.Status.Drain, Replacement: c,
+		return Action{Kind: Wait, Reason: lullv1.ReasonSuspending, Drain: s.Status.Drain, Replacement: c,
 			Message: fmt.Sprintf("suspending: scaling drained pod %s away", pod.Name)}, true
 	}
 	return Action{Kind: DeletePod, Reason: string(c.Reason), PodUID: pod.UID, Drain: s.Status.Drain, Replacement: c,
@@ -358,7 +296,7 @@ func replaceUnserved(o Observed, backoff bool) (Action, bool) {
 		return Action{}, false
 	}
 	if wait := backoffRemaining(s.Status, o.Now); backoff && wait > 0 {
-		return Action{Kind: Wait, Reason: ReasonReplacementBackoff, Drain: s.Status.Drain, RequeueAfter: wait,
+		return Action{Kind: Wait, Reason: lullv1.ReasonReplacementBackoff, Drain: s.Status.Drain, RequeueAfter: wait,
 			// An instant, not a countdown: a message that changed on every
 			// reconcile would be a status write on every reconcile.
 			Message: fmt.Sprintf("stale pod %s cannot serve (%s); replacing it at %s (backoff after %d failed replacements)", pod.Name, why, o.Now.Add(wait).UTC().Truncate(time.Second).Format(time.RFC3339), s.Status.FailedReplacements)}, true
@@ -372,7 +310,7 @@ func replaceUnserved(o Observed, backoff bool) (Action, bool) {
 // outstanding drain request.
 func commitDrained(o Observed, msg string) Action {
 	d := o.Session.Status.Drain
-	return Action{Kind: Commit, Reason: ReasonDrained, PodUID: o.Pod.UID, Drain: d, Message: msg,
+	return Action{Kind: Commit, Reason: lullv1.ReasonDrained, PodUID: o.Pod.UID, Drain: d, Message: msg,
 		Replacement: &lullv1.Replacement{PodUID: o.Pod.UID, Reason: lullv1.ReplacementDrained, RequestID: d.RequestID, CommittedAt: metav1.NewTime(o.Now.Truncate(time.Second))}}
 }
 
@@ -382,7 +320,7 @@ func commitDrained(o Observed, msg string) Action {
 // its node and finalizers and the manual fix.
 func terminating(o Observed, prefix string) Action {
 	s, pod := o.Session, o.Pod
-	a := Action{Kind: Wait, Reason: ReasonPodTerminating, Drain: s.Status.Drain, Replacement: s.Status.Replacement,
+	a := Action{Kind: Wait, Reason: lullv1.ReasonPodTerminating, Drain: s.Status.Drain, Replacement: s.Status.Replacement,
 		Message: fmt.Sprintf("%swaiting for pod %s to terminate", prefix, pod.Name)}
 	stuckAt := pod.DeletionTimestamp.Add(StuckTerminatingAfter)
 	if o.Now.Before(stuckAt) {
@@ -393,7 +331,7 @@ func terminating(o Observed, prefix string) Action {
 	if node == "" {
 		node = "(none)"
 	}
-	a.Reason = ReasonPodStuckTerminating
+	a.Reason = lullv1.ReasonPodStuckTerminating
 	// The deadline, not the time since: the message must not change from
 	// one reconcile to the next, or every reconcile writes the status (at
 	// 2,000 sessions, 3 writes per stuck session).

@@ -17,19 +17,19 @@ func TestDecidePolicies(t *testing.T) {
 	runDecideTable(t, []decideCase{
 		// Waves.
 		{name: "a stale session without a place in the wave waits",
-			edit: func(o *Observed) { o.Admitted = false }, kind: Wait, why: ReasonWaitingForWave},
+			edit: func(o *Observed) { o.Admitted = false }, kind: Wait, why: lullv1.ReasonWaitingForWave},
 		{name: "a session without a place keeps the request it drains under",
 			edit: func(o *Observed) {
 				o.Admitted = false
 				outstanding(o, requested(podUID, newRev, 1, earlier))
-			}, kind: Wait, why: ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
+			}, kind: Wait, why: lullv1.ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
 		{name: "a session without a place still answers a Drained report",
 			edit: func(o *Observed) {
 				o.Admitted = false
 				d := requested(podUID, newRev, 1, earlier)
 				outstanding(o, d)
 				o.Session.Status.Runtime = report(podUID, d.RequestID, lullv1.RuntimeDrained, 0)
-			}, kind: Commit, why: ReasonDrained, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) },
+			}, kind: Commit, why: lullv1.ReasonDrained, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) },
 			commit: committed(podUID, lullv1.ReplacementDrained, requested(podUID, newRev, 1, earlier).RequestID)},
 		{name: "a failed stale pod is replaced without a place",
 			edit: func(o *Observed) {
@@ -43,12 +43,12 @@ func TestDecidePolicies(t *testing.T) {
 			edit: func(o *Observed) {
 				o.Policy.Strategy = lullv1.UpdateStrategyPassive
 				o.Session.Status.Runtime = report(podUID, "", lullv1.RuntimeServing, 2)
-			}, kind: Wait, why: ReasonUpdatePending},
+			}, kind: Wait, why: lullv1.ReasonUpdatePending},
 		{name: "Passive withdraws an Update request left by another strategy",
 			edit: func(o *Observed) {
 				o.Policy.Strategy = lullv1.UpdateStrategyPassive
 				outstanding(o, requested(podUID, newRev, 1, earlier))
-			}, kind: Wait, why: ReasonUpdatePending},
+			}, kind: Wait, why: lullv1.ReasonUpdatePending},
 		{name: "Passive still finishes a committed replacement",
 			edit: func(o *Observed) {
 				o.Policy.Strategy = lullv1.UpdateStrategyPassive
@@ -65,14 +65,14 @@ func TestDecidePolicies(t *testing.T) {
 			commit: &lullv1.Replacement{PodUID: podUID, Reason: lullv1.ReplacementPodFailed, CommittedAt: metav1.NewTime(now)}},
 		{name: "Replace requests a drain whose deadline is now",
 			edit: func(o *Observed) { o.Policy.Strategy = lullv1.UpdateStrategyReplace },
-			kind: RequestDrain, why: ReasonDrainRequested, after: time.Second / 10,
+			kind: RequestDrain, why: lullv1.ReasonDrainRequested, after: time.Second / 10,
 			drain: func() *lullv1.DrainRequest { return withDeadline(requested(podUID, newRev, 1, now), now) }},
 		{name: "Replace then deletes the pod, turns or not",
 			edit: func(o *Observed) {
 				o.Policy.Strategy = lullv1.UpdateStrategyReplace
 				outstanding(o, withDeadline(requested(podUID, newRev, 1, now), now))
 				o.Session.Status.Runtime = report(podUID, requested(podUID, newRev, 1, now).RequestID, lullv1.RuntimeDraining, 3)
-			}, kind: DeletePod, why: ReasonReplaced,
+			}, kind: DeletePod, why: lullv1.ReasonReplaced,
 			drain: func() *lullv1.DrainRequest { return withDeadline(requested(podUID, newRev, 1, now), now) }},
 		{name: "Replace takes a Drained answer as drained",
 			edit: func(o *Observed) {
@@ -80,12 +80,12 @@ func TestDecidePolicies(t *testing.T) {
 				d := withDeadline(requested(podUID, newRev, 1, now), now)
 				outstanding(o, d)
 				o.Session.Status.Runtime = report(podUID, d.RequestID, lullv1.RuntimeDrained, 0)
-			}, kind: Commit, why: ReasonDrained,
+			}, kind: Commit, why: lullv1.ReasonDrained,
 			drain:  func() *lullv1.DrainRequest { return withDeadline(requested(podUID, newRev, 1, now), now) },
 			commit: committed(podUID, lullv1.ReplacementDrained, requested(podUID, newRev, 1, now).RequestID)},
 		{name: "drainTimeout puts the deadline in the request",
 			edit: func(o *Observed) { o.Policy.DrainTimeout = &metav1.Duration{Duration: 5 * time.Minute} },
-			kind: RequestDrain, why: ReasonDrainRequested, after: 5*time.Minute + time.Second/10,
+			kind: RequestDrain, why: lullv1.ReasonDrainRequested, after: 5*time.Minute + time.Second/10,
 			drain: func() *lullv1.DrainRequest {
 				return withDeadline(requested(podUID, newRev, 1, now), now.Add(5*time.Minute))
 			}},
@@ -93,7 +93,7 @@ func TestDecidePolicies(t *testing.T) {
 			edit: func(o *Observed) {
 				o.Policy = lullv1.UpdatePolicy{DrainTimeout: &metav1.Duration{Duration: 5 * time.Minute}, OnDrainTimeout: lullv1.DrainTimeoutReplace}
 				outstanding(o, withDeadline(requested(podUID, newRev, 1, earlier), earlier.Add(5*time.Minute)))
-			}, kind: Wait, why: ReasonDraining, after: 4*time.Minute + time.Second/10,
+			}, kind: Wait, why: lullv1.ReasonDraining, after: 4*time.Minute + time.Second/10,
 			drain: func() *lullv1.DrainRequest {
 				return withDeadline(requested(podUID, newRev, 1, earlier), earlier.Add(5*time.Minute))
 			}},
@@ -101,7 +101,7 @@ func TestDecidePolicies(t *testing.T) {
 			edit: func(o *Observed) {
 				o.Policy = lullv1.UpdatePolicy{DrainTimeout: &metav1.Duration{Duration: 30 * time.Second}, OnDrainTimeout: lullv1.DrainTimeoutReplace}
 				outstanding(o, withDeadline(requested(podUID, newRev, 1, earlier), earlier.Add(30*time.Second)))
-			}, kind: DeletePod, why: ReasonDrainDeadlineExceeded,
+			}, kind: DeletePod, why: lullv1.ReasonDrainDeadlineExceeded,
 			drain: func() *lullv1.DrainRequest {
 				return withDeadline(requested(podUID, newRev, 1, earlier), earlier.Add(30*time.Second))
 			}},
@@ -109,7 +109,7 @@ func TestDecidePolicies(t *testing.T) {
 			edit: func(o *Observed) {
 				o.Policy = lullv1.UpdatePolicy{DrainTimeout: &metav1.Duration{Duration: 30 * time.Second}, OnDrainTimeout: lullv1.DrainTimeoutWait}
 				outstanding(o, withDeadline(requested(podUID, newRev, 1, earlier), earlier.Add(30*time.Second)))
-			}, kind: Wait, why: ReasonDrainOverdue,
+			}, kind: Wait, why: lullv1.ReasonDrainOverdue,
 			drain: func() *lullv1.DrainRequest {
 				return withDeadline(requested(podUID, newRev, 1, earlier), earlier.Add(30*time.Second))
 			}},
@@ -117,7 +117,7 @@ func TestDecidePolicies(t *testing.T) {
 			edit: func(o *Observed) {
 				o.Policy = lullv1.UpdatePolicy{DrainTimeout: &metav1.Duration{Duration: 5 * time.Minute}, OnDrainTimeout: lullv1.DrainTimeoutReplace}
 				outstanding(o, requested(podUID, newRev, 1, earlier))
-			}, kind: Wait, why: ReasonDraining, after: 5*time.Minute + time.Second/10,
+			}, kind: Wait, why: lullv1.ReasonDraining, after: 5*time.Minute + time.Second/10,
 			drain: func() *lullv1.DrainRequest {
 				return withDeadline(requested(podUID, newRev, 1, earlier), now.Add(5*time.Minute))
 			}},
@@ -125,7 +125,7 @@ func TestDecidePolicies(t *testing.T) {
 			edit: func(o *Observed) {
 				o.Policy = lullv1.UpdatePolicy{OnDrainTimeout: lullv1.DrainTimeoutReplace}
 				outstanding(o, withDeadline(requested(podUID, newRev, 1, earlier), earlier.Add(30*time.Second)))
-			}, kind: DeletePod, why: ReasonDrainDeadlineExceeded,
+			}, kind: DeletePod, why: lullv1.ReasonDrainDeadlineExceeded,
 			drain: func() *lullv1.DrainRequest {
 				return withDeadline(requested(podUID, newRev, 1, earlier), earlier.Add(30*time.Second))
 			}},

@@ -159,34 +159,34 @@ func TestDecide(t *testing.T) {
 	earlier := now.Add(-time.Minute)
 	tests := []decideCase{
 		// Suspension.
-		{name: "suspended session without a pod waits", edit: func(o *Observed) { o.Session.Spec.Suspend = true; o.Pod = nil }, kind: Wait, why: ReasonSuspended},
+		{name: "suspended session without a pod waits", edit: func(o *Observed) { o.Session.Spec.Suspend = true; o.Pod = nil }, kind: Wait, why: lullv1.ReasonSuspended},
 		{name: "suspending a session drains its pod first",
 			edit: func(o *Observed) { o.Session.Spec.Suspend = true },
-			kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return manual(podUID, 1, now) }},
+			kind: RequestDrain, why: lullv1.ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return manual(podUID, 1, now) }},
 		{name: "suspending waits for the drain",
 			edit: func(o *Observed) {
 				o.Session.Spec.Suspend = true
 				outstanding(o, manual(podUID, 1, earlier))
 				o.Session.Status.Runtime = report(podUID, manual(podUID, 1, earlier).RequestID, lullv1.RuntimeDraining, 1)
-			}, kind: Wait, why: ReasonSuspending, drain: func() *lullv1.DrainRequest { return manual(podUID, 1, earlier) }},
+			}, kind: Wait, why: lullv1.ReasonSuspending, drain: func() *lullv1.DrainRequest { return manual(podUID, 1, earlier) }},
 		{name: "suspending a stale pod drains for the suspension with a new ID",
 			edit: func(o *Observed) {
 				o.Session.Spec.Suspend = true
 				outstanding(o, requested(podUID, newRev, 1, earlier))
-			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return manual(podUID, 2, now) }},
+			}, kind: RequestDrain, why: lullv1.ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return manual(podUID, 2, now) }},
 		{name: "a drained suspended session commits before it is scaled away",
 			edit: func(o *Observed) {
 				o.Session.Spec.Suspend = true
 				outstanding(o, manual(podUID, 1, earlier))
 				o.Session.Status.Runtime = report(podUID, manual(podUID, 1, earlier).RequestID, lullv1.RuntimeDrained, 0)
-			}, kind: Commit, why: ReasonDrained, drain: func() *lullv1.DrainRequest { return manual(podUID, 1, earlier) },
+			}, kind: Commit, why: lullv1.ReasonDrained, drain: func() *lullv1.DrainRequest { return manual(podUID, 1, earlier) },
 			commit: committed(podUID, lullv1.ReplacementDrained, manual(podUID, 1, earlier).RequestID)},
 		{name: "a committed suspended session is scaled away, its request kept",
 			edit: func(o *Observed) {
 				o.Session.Spec.Suspend = true
 				outstanding(o, manual(podUID, 1, earlier))
 				o.Session.Status.Replacement = committed(podUID, lullv1.ReplacementDrained, manual(podUID, 1, earlier).RequestID)
-			}, kind: Wait, why: ReasonSuspending, drain: func() *lullv1.DrainRequest { return manual(podUID, 1, earlier) },
+			}, kind: Wait, why: lullv1.ReasonSuspending, drain: func() *lullv1.DrainRequest { return manual(podUID, 1, earlier) },
 			commit: committed(podUID, lullv1.ReplacementDrained, manual(podUID, 1, earlier).RequestID)},
 		{name: "a suspended failed pod is committed and deleted as observed, without backoff",
 			edit: func(o *Observed) {
@@ -195,120 +195,120 @@ func TestDecide(t *testing.T) {
 				o.Session.Status.FailedReplacements = 3
 				last := metav1.NewTime(now)
 				o.Session.Status.LastFailedReplacementTime = &last
-			}, kind: Commit, why: ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, "")},
+			}, kind: Commit, why: lullv1.ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, "")},
 		{name: "a suspended pod with a failing sidecar is drained, not scaled away",
 			edit: func(o *Observed) {
 				o.Session.Spec.Suspend = true
 				o.Pod.Status.ContainerStatuses = append(o.Pod.Status.ContainerStatuses, waitingIn("mesh-proxy", "CrashLoopBackOff"))
-			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return manual(podUID, 1, now) }},
+			}, kind: RequestDrain, why: lullv1.ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return manual(podUID, 1, now) }},
 
 		// Observation gates.
-		{name: "no StatefulSet yet", edit: func(o *Observed) { o.StatefulSet = nil }, kind: Wait, why: ReasonStatefulSetPending},
+		{name: "no StatefulSet yet", edit: func(o *Observed) { o.StatefulSet = nil }, kind: Wait, why: lullv1.ReasonStatefulSetPending},
 		{name: "StatefulSet generation not observed yet triggers nothing",
-			edit: func(o *Observed) { o.StatefulSet.Status.ObservedGeneration = 1 }, kind: Wait, why: ReasonRevisionUnknown},
+			edit: func(o *Observed) { o.StatefulSet.Status.ObservedGeneration = 1 }, kind: Wait, why: lullv1.ReasonRevisionUnknown},
 		{name: "brand-new StatefulSet without update revision triggers nothing",
-			edit: func(o *Observed) { o.StatefulSet.Status = appsv1.StatefulSetStatus{ObservedGeneration: 2} }, kind: Wait, why: ReasonRevisionUnknown},
+			edit: func(o *Observed) { o.StatefulSet.Status = appsv1.StatefulSetStatus{ObservedGeneration: 2} }, kind: Wait, why: lullv1.ReasonRevisionUnknown},
 		{name: "revision unknown keeps an outstanding request",
 			edit: func(o *Observed) {
 				o.StatefulSet.Status.ObservedGeneration = 1
 				outstanding(o, requested(podUID, newRev, 1, earlier))
-			}, kind: Wait, why: ReasonRevisionUnknown, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
-		{name: "no pod yet", edit: func(o *Observed) { o.Pod = nil }, kind: Wait, why: ReasonPodPending},
+			}, kind: Wait, why: lullv1.ReasonRevisionUnknown, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
+		{name: "no pod yet", edit: func(o *Observed) { o.Pod = nil }, kind: Wait, why: lullv1.ReasonPodPending},
 		{name: "terminating pod is waited for, looked at again when it would be stuck",
 			edit: func(o *Observed) { ts := metav1.NewTime(now.Add(-10 * time.Second)); o.Pod.DeletionTimestamp = &ts },
-			kind: Wait, why: ReasonPodTerminating, after: StuckTerminatingAfter - 10*time.Second + time.Second},
+			kind: Wait, why: lullv1.ReasonPodTerminating, after: StuckTerminatingAfter - 10*time.Second + time.Second},
 		{name: "pod terminating long past its grace period is named stuck",
 			edit: func(o *Observed) {
 				ts := metav1.NewTime(now.Add(-StuckTerminatingAfter - time.Second))
 				o.Pod.DeletionTimestamp = &ts
 				o.Pod.Finalizers = []string{"example.com/hold"}
 				o.Pod.Spec.NodeName = "node-7"
-			}, kind: Wait, why: ReasonPodStuckTerminating},
+			}, kind: Wait, why: lullv1.ReasonPodStuckTerminating},
 
 		// Current pods.
 		{name: "current pod is up to date and clears a leftover request",
 			edit: func(o *Observed) {
 				o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] = newRev
 				outstanding(o, requested(podUID, newRev, 1, earlier))
-			}, kind: Wait, why: ReasonUpToDate},
+			}, kind: Wait, why: lullv1.ReasonUpToDate},
 		{name: "image rewritten after admission but revision current is not drained",
 			edit: func(o *Observed) {
 				o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] = newRev
 				o.Pod.Spec.Containers = []corev1.Container{{Name: "runtime", Image: "mirror.example/rewritten@sha256:abc"}}
-			}, kind: Wait, why: ReasonUpToDate},
+			}, kind: Wait, why: lullv1.ReasonUpToDate},
 		{name: "current pod that keeps failing is never deleted",
 			edit: func(o *Observed) {
 				o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] = newRev
 				o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("CrashLoopBackOff")}
-			}, kind: Wait, why: ReasonUpToDate},
+			}, kind: Wait, why: lullv1.ReasonUpToDate},
 
 		// Stale pods that cannot serve.
 		{name: "stale terminal pod is committed and deleted as observed",
 			edit: func(o *Observed) { o.Pod.Status.Phase = corev1.PodFailed },
-			kind: Commit, why: ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, "")},
+			kind: Commit, why: lullv1.ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, "")},
 		{name: "stale succeeded pod is replaced at once",
 			edit: func(o *Observed) { o.Pod.Status.Phase = corev1.PodSucceeded },
-			kind: Commit, why: ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, "")},
+			kind: Commit, why: lullv1.ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, "")},
 		{name: "stale pod whose runtime is in ImagePullBackOff is replaced at once",
 			edit: func(o *Observed) {
 				o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ImagePullBackOff")}
 			},
-			kind: Commit, why: ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, "")},
+			kind: Commit, why: lullv1.ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, "")},
 		{name: "a crash-looping sidecar next to a running runtime is drained, not deleted",
 			edit: func(o *Observed) {
 				o.Pod.Status.ContainerStatuses = append(o.Pod.Status.ContainerStatuses, waitingIn("mesh-proxy", "CrashLoopBackOff"))
 				o.Session.Status.Runtime = report(podUID, "", lullv1.RuntimeServing, 2)
-			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, now) }},
+			}, kind: RequestDrain, why: lullv1.ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, now) }},
 		{name: "a native sidecar in ImagePullBackOff next to a running runtime is drained, not deleted",
 			edit: func(o *Observed) {
 				o.Pod.Status.InitContainerStatuses = []corev1.ContainerStatus{waitingIn("proxy", "ImagePullBackOff")}
-			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, now) }},
+			}, kind: RequestDrain, why: lullv1.ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, now) }},
 		{name: "stale pod whose runtime is still being created has never started: replaced without a drain",
 			edit: func(o *Observed) {
 				o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ContainerCreating")}
 			},
-			kind: Commit, why: ReasonNeverStarted, commit: committed(podUID, lullv1.ReplacementNeverStarted, "")},
+			kind: Commit, why: lullv1.ReasonNeverStarted, commit: committed(podUID, lullv1.ReplacementNeverStarted, "")},
 		{name: "unschedulable stale pod is replaced without a drain",
 			edit: func(o *Observed) {
 				o.Pod.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: "0/3 nodes have enough memory"}}}
-			}, kind: Commit, why: ReasonNeverStarted, commit: committed(podUID, lullv1.ReplacementNeverStarted, "")},
+			}, kind: Commit, why: lullv1.ReasonNeverStarted, commit: committed(podUID, lullv1.ReplacementNeverStarted, "")},
 		{name: "stale pod held by a failing init container has never started",
 			edit: func(o *Observed) {
 				o.Pod.Status = corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{waitingIn("setup", "CreateContainerConfigError")},
 					ContainerStatuses: []corev1.ContainerStatus{waiting("PodInitializing")}}
-			}, kind: Commit, why: ReasonNeverStarted, commit: committed(podUID, lullv1.ReplacementNeverStarted, "")},
+			}, kind: Commit, why: lullv1.ReasonNeverStarted, commit: committed(podUID, lullv1.ReplacementNeverStarted, "")},
 		{name: "a pending-looking pod whose runtime has reported is drained (kubelet status lag)",
 			edit: func(o *Observed) {
 				o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ContainerCreating")}
 				o.Session.Status.Runtime = report(podUID, "", lullv1.RuntimeServing, 1)
-			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, now) }},
+			}, kind: RequestDrain, why: lullv1.ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, now) }},
 		{name: "a runtime container that ran before is not never-started",
 			edit: func(o *Observed) {
 				c := waiting("ContainerCreating")
 				c.RestartCount = 1
 				o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{c}
-			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, now) }},
+			}, kind: RequestDrain, why: lullv1.ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, now) }},
 		{name: "failed stale pod inside the backoff waits",
 			edit: func(o *Observed) {
 				o.Pod.Status.Phase = corev1.PodFailed
 				o.Session.Status.FailedReplacements = 2 // backoff 10 s
 				last := metav1.NewTime(now.Add(-4 * time.Second))
 				o.Session.Status.LastFailedReplacementTime = &last
-			}, kind: Wait, why: ReasonReplacementBackoff, after: 6 * time.Second},
+			}, kind: Wait, why: lullv1.ReasonReplacementBackoff, after: 6 * time.Second},
 		{name: "never-started stale pod inside the backoff waits",
 			edit: func(o *Observed) {
 				o.Pod.Status = corev1.PodStatus{Phase: corev1.PodPending}
 				o.Session.Status.FailedReplacements = 1
 				last := metav1.NewTime(now.Add(-1 * time.Second))
 				o.Session.Status.LastFailedReplacementTime = &last
-			}, kind: Wait, why: ReasonReplacementBackoff, after: 4 * time.Second},
+			}, kind: Wait, why: lullv1.ReasonReplacementBackoff, after: 4 * time.Second},
 		{name: "failed stale pod after the backoff is committed",
 			edit: func(o *Observed) {
 				o.Pod.Status.Phase = corev1.PodFailed
 				o.Session.Status.FailedReplacements = 2
 				last := metav1.NewTime(now.Add(-11 * time.Second))
 				o.Session.Status.LastFailedReplacementTime = &last
-			}, kind: Commit, why: ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, "")},
+			}, kind: Commit, why: lullv1.ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, "")},
 
 		// Committed replacements.
 		{name: "a committed failure is deleted, not counted again",
@@ -333,85 +333,85 @@ func TestDecide(t *testing.T) {
 				o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] = newRev
 				outstanding(o, requested(podUID, "s-older", 3, earlier))
 				o.Session.Status.Replacement = committed(podUID, lullv1.ReplacementDrained, requested(podUID, "s-older", 3, earlier).RequestID)
-			}, kind: DeletePod, why: ReasonDrained, drain: func() *lullv1.DrainRequest { return requested(podUID, "s-older", 3, earlier) },
+			}, kind: DeletePod, why: lullv1.ReasonDrained, drain: func() *lullv1.DrainRequest { return requested(podUID, "s-older", 3, earlier) },
 			commit: committed(podUID, lullv1.ReplacementDrained, requested(podUID, "s-older", 3, earlier).RequestID)},
 		{name: "a committed drained pod is deleted while the StatefulSet revision is unknown",
 			edit: func(o *Observed) {
 				o.StatefulSet.Status.ObservedGeneration = 1
 				outstanding(o, requested(podUID, newRev, 1, earlier))
 				o.Session.Status.Replacement = committed(podUID, lullv1.ReplacementDrained, requested(podUID, newRev, 1, earlier).RequestID)
-			}, kind: DeletePod, why: ReasonDrained, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) },
+			}, kind: DeletePod, why: lullv1.ReasonDrained, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) },
 			commit: committed(podUID, lullv1.ReplacementDrained, requested(podUID, newRev, 1, earlier).RequestID)},
 		{name: "a commitment for a previous pod is dropped",
 			edit: func(o *Observed) {
 				o.Session.Status.Replacement = committed("pod-0", lullv1.ReplacementDrained, "update-0000000000000000")
 				o.Session.Status.DrainSequence = 4
-			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 5, now) }},
+			}, kind: RequestDrain, why: lullv1.ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 5, now) }},
 
 		// Force.
 		{name: "force-update true replaces a stale pod without a drain",
 			edit: func(o *Observed) { o.Session.Annotations = map[string]string{lullv1.AnnotationForceUpdate: "true"} },
-			kind: DeletePod, why: ReasonForced, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, now) }},
+			kind: DeletePod, why: lullv1.ReasonForced, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, now) }},
 		{name: "force-update with the exact request ID replaces the pod",
 			edit: func(o *Observed) {
 				outstanding(o, requested(podUID, newRev, 1, earlier))
 				o.Session.Annotations = map[string]string{lullv1.AnnotationForceUpdate: requested(podUID, newRev, 1, earlier).RequestID}
-			}, kind: DeletePod, why: ReasonForced, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
+			}, kind: DeletePod, why: lullv1.ReasonForced, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
 		{name: "force-update with another request ID is ignored",
 			edit: func(o *Observed) {
 				outstanding(o, requested(podUID, newRev, 1, earlier))
 				o.Session.Annotations = map[string]string{lullv1.AnnotationForceUpdate: requested("pod-0", newRev, 1, earlier).RequestID}
-			}, kind: Wait, why: ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
+			}, kind: Wait, why: lullv1.ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
 		{name: "force-update does not touch a current pod",
 			edit: func(o *Observed) {
 				o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] = newRev
 				o.Session.Annotations = map[string]string{lullv1.AnnotationForceUpdate: "true"}
-			}, kind: Wait, why: ReasonUpToDate},
+			}, kind: Wait, why: lullv1.ReasonUpToDate},
 
 		// Drain.
 		{name: "stale healthy pod gets a drain request",
-			kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, now) }},
+			kind: RequestDrain, why: lullv1.ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, now) }},
 		{name: "request for an older revision is replaced by one with the next sequence number",
 			edit: func(o *Observed) { outstanding(o, requested(podUID, "s-older", 1, earlier)) },
-			kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 2, now) }},
+			kind: RequestDrain, why: lullv1.ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 2, now) }},
 		{name: "the same revision again after a withdrawal gets a new ID (rollback, then roll out again)",
 			edit: func(o *Observed) {
 				o.Session.Status.DrainSequence = 1 // request 1 for newRev was issued, then withdrawn
 				o.Session.Status.Runtime = report(podUID, requested(podUID, newRev, 1, earlier).RequestID, lullv1.RuntimeDrained, 0)
-			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 2, now) }},
+			}, kind: RequestDrain, why: lullv1.ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 2, now) }},
 		{name: "request for a previous pod is replaced by one for this pod",
 			edit: func(o *Observed) { outstanding(o, requested("pod-0", newRev, 1, earlier)) },
-			kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 2, now) }},
+			kind: RequestDrain, why: lullv1.ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 2, now) }},
 		{name: "outstanding request without a report waits",
 			edit: func(o *Observed) { outstanding(o, requested(podUID, newRev, 1, earlier)) },
-			kind: Wait, why: ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
+			kind: Wait, why: lullv1.ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
 		{name: "runtime still draining waits",
 			edit: func(o *Observed) {
 				outstanding(o, requested(podUID, newRev, 1, earlier))
 				o.Session.Status.Runtime = report(podUID, requested(podUID, newRev, 1, earlier).RequestID, lullv1.RuntimeDraining, 2)
-			}, kind: Wait, why: ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
+			}, kind: Wait, why: lullv1.ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
 		{name: "matching Drained report commits the replacement",
 			edit: func(o *Observed) {
 				outstanding(o, requested(podUID, newRev, 1, earlier))
 				o.Session.Status.Runtime = report(podUID, requested(podUID, newRev, 1, earlier).RequestID, lullv1.RuntimeDrained, 0)
-			}, kind: Commit, why: ReasonDrained, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) },
+			}, kind: Commit, why: lullv1.ReasonDrained, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) },
 			commit: committed(podUID, lullv1.ReplacementDrained, requested(podUID, newRev, 1, earlier).RequestID)},
 		{name: "Drained report with a wrong request ID deletes nothing",
 			edit: func(o *Observed) {
 				outstanding(o, requested(podUID, newRev, 2, earlier))
 				o.Session.Status.Runtime = report(podUID, requested(podUID, newRev, 1, earlier).RequestID, lullv1.RuntimeDrained, 0)
-			}, kind: Wait, why: ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 2, earlier) }},
+			}, kind: Wait, why: lullv1.ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 2, earlier) }},
 		{name: "Drained report from the old pod after the pod was recreated deletes nothing",
 			edit: func(o *Observed) {
 				o.Pod.UID = "pod-2"
 				outstanding(o, requested(podUID, newRev, 1, earlier))
 				o.Session.Status.Runtime = report(podUID, requested(podUID, newRev, 1, earlier).RequestID, lullv1.RuntimeDrained, 0)
-			}, kind: RequestDrain, why: ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested("pod-2", newRev, 2, now) }},
+			}, kind: RequestDrain, why: lullv1.ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested("pod-2", newRev, 2, now) }},
 		{name: "malformed Drained report (turns still active) deletes nothing",
 			edit: func(o *Observed) {
 				outstanding(o, requested(podUID, newRev, 1, earlier))
 				o.Session.Status.Runtime = report(podUID, requested(podUID, newRev, 1, earlier).RequestID, lullv1.RuntimeDrained, 1)
-			}, kind: Wait, why: ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
+			}, kind: Wait, why: lullv1.ReasonDraining, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
 	}
 	runDecideTable(t, tests)
 }

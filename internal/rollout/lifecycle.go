@@ -46,8 +46,8 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 			// sessions that say so (PlanWave), and one whose idle drain is
 			// outstanding is not otherwise seen as waiting.
 			a := idleDrain(o, j)
-			if a.Kind == Wait && a.Reason == ReasonIdleCull {
-				a.Reason = ReasonWaitingForWave
+			if a.Kind == Wait && a.Reason == lullv1.ReasonIdleCull {
+				a.Reason = lullv1.ReasonWaitingForWave
 				a.Message += "; the update, which has a deadline, takes over once the session has a place in the rollout wave"
 			}
 			return a, true
@@ -75,7 +75,7 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 				d := metav1.NewTime(deadlineAfter(o.Now, o.Policy.DrainTimeout.Duration))
 				cur.Deadline = &d
 			}
-			a := Action{Kind: Wait, Reason: ReasonLifetime, Drain: cur,
+			a := Action{Kind: Wait, Reason: lullv1.ReasonLifetime, Drain: cur,
 				Message: fmt.Sprintf("pod %s reached its maximum lifetime at %s; waiting for its runtime to drain (request %s)", pod.Name, j.Status.LifetimeDeadline.UTC().Format(time.RFC3339), cur.RequestID)}
 			if cur.Deadline != nil {
 				a.Message += fmt.Sprintf("; deadline %s", cur.Deadline.UTC().Format(time.RFC3339))
@@ -94,7 +94,7 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 		return Action{}, false
 	case j.CullDue:
 		r := newRequest(s.Status, pod.UID, lullv1.DrainReasonIdle, o.Now)
-		return Action{Kind: RequestDrain, Reason: ReasonIdleCull, Drain: r,
+		return Action{Kind: RequestDrain, Reason: lullv1.ReasonIdleCull, Drain: r,
 			Message: fmt.Sprintf("session idle since %s; asked the runtime of pod %s to drain before the session is %s (request %s)",
 				j.Status.IdleSince.UTC().Format(time.RFC3339), pod.Name, culled(j.Status.CullAction), r.RequestID)}, true
 	case j.LifetimeDue && (!stale || o.Policy.Strategy == lullv1.UpdateStrategyPassive):
@@ -107,15 +107,15 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 			// the runtime goes silent (its report is not rewritten unless
 			// it changes, so silence says nothing): the template's
 			// drainTimeout and onDrainTimeout bound it.
-			return Action{Kind: Wait, Reason: ReasonLifetime,
+			return Action{Kind: Wait, Reason: lullv1.ReasonLifetime,
 				Message: fmt.Sprintf("pod %s reached its maximum lifetime at %s; waiting for its runtime to report before draining it", pod.Name, deadline)}, true
 		}
 		if !o.Admitted {
-			return Action{Kind: Wait, Reason: ReasonLifetime,
+			return Action{Kind: Wait, Reason: lullv1.ReasonLifetime,
 				Message: fmt.Sprintf("pod %s reached its maximum lifetime at %s; waiting for a place in the wave", pod.Name, deadline)}, true
 		}
 		r := newRequest(s.Status, pod.UID, lullv1.DrainReasonLifetime, o.Now)
-		a := Action{Kind: RequestDrain, Reason: ReasonLifetime, Drain: r,
+		a := Action{Kind: RequestDrain, Reason: lullv1.ReasonLifetime, Drain: r,
 			Message: fmt.Sprintf("pod %s reached its maximum lifetime at %s; asked its runtime to drain before it is replaced (request %s)", pod.Name, deadline, r.RequestID)}
 		if t := o.Policy.DrainTimeout; t != nil {
 			// The template's drainTimeout bounds a lifetime drain as it
@@ -138,13 +138,13 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 func idleDrain(o Observed, j lifecycle.Judgement) Action {
 	s, pod, cur := o.Session, o.Pod, o.Session.Status.Drain
 	if !j.CullDue {
-		return Action{Kind: Wait, Reason: ReasonIdleCullWithdrawn,
+		return Action{Kind: Wait, Reason: lullv1.ReasonIdleCullWithdrawn,
 			Message: fmt.Sprintf("withdrew idle drain %s of pod %s: %s; the session keeps running", cur.RequestID, pod.Name, woke(o, j))}
 	}
 	if drain.Answers(cur, s.Status.Runtime, pod.UID) {
 		return commitDrained(o, fmt.Sprintf("runtime of pod %s reported Drained for idle drain %s; the session is %s", pod.Name, cur.RequestID, culled(j.Status.CullAction)))
 	}
-	return Action{Kind: Wait, Reason: ReasonIdleCull, Drain: cur,
+	return Action{Kind: Wait, Reason: lullv1.ReasonIdleCull, Drain: cur,
 		Message: fmt.Sprintf("session idle since %s; waiting for the runtime of pod %s to drain before it is %s (request %s)",
 			j.Status.IdleSince.UTC().Format(time.RFC3339), pod.Name, culled(j.Status.CullAction), cur.RequestID)}
 }
@@ -169,7 +169,7 @@ func finishCull(o Observed, j lifecycle.Judgement) (Action, bool) {
 		// named in lull.dev/idle-suspended all the same (SuspendSession
 		// with spec.suspend already true), so that a resume before the
 		// pod is gone is not undone by suspending again for this cull.
-		return Action{Kind: SuspendSession, Reason: ReasonSuspending, Drain: d, Replacement: c,
+		return Action{Kind: SuspendSession, Reason: lullv1.ReasonSuspending, Drain: d, Replacement: c,
 			Message: fmt.Sprintf("session suspended while its idle cull (request %s) was committed; recording the cull as done", d.RequestID)}, true
 	}
 	if !j.CullDue {
@@ -178,10 +178,10 @@ func finishCull(o Observed, j lifecycle.Judgement) (Action, bool) {
 	since := j.Status.IdleSince.UTC().Format(time.RFC3339)
 	switch j.Status.CullAction {
 	case lullv1.IdleSuspend:
-		return Action{Kind: SuspendSession, Reason: ReasonIdleCull, Drain: d, Replacement: c,
+		return Action{Kind: SuspendSession, Reason: lullv1.ReasonIdleCull, Drain: d, Replacement: c,
 			Message: fmt.Sprintf("idle since %s: runtime of pod %s drained (request %s); suspending the session, its workspace kept", since, o.Pod.Name, d.RequestID)}, true
 	case lullv1.IdleDelete:
-		return Action{Kind: DeleteSession, Reason: ReasonIdleCull, Drain: d, Replacement: c,
+		return Action{Kind: DeleteSession, Reason: lullv1.ReasonIdleCull, Drain: d, Replacement: c,
 			Message: fmt.Sprintf("idle since %s: runtime of pod %s drained (request %s); deleting the session", since, o.Pod.Name, d.RequestID)}, true
 	}
 	return Action{}, false
@@ -248,11 +248,11 @@ func lifetimeDeadlinePassed(o Observed) Action {
 		turns = fmt.Sprintf("%d active turn(s)", r.ActiveTurns)
 	}
 	if o.Policy.OnDrainTimeout == lullv1.DrainTimeoutReplace {
-		return Action{Kind: DeletePod, Reason: ReasonDrainDeadlineExceeded, PodUID: pod.UID, Drain: cur,
+		return Action{Kind: DeletePod, Reason: lullv1.ReasonDrainDeadlineExceeded, PodUID: pod.UID, Drain: cur,
 			Message: fmt.Sprintf("lifetime drain %s passed its deadline %s undrained; replacing pod %s with %s (onDrainTimeout Replace)",
 				cur.RequestID, cur.Deadline.UTC().Format(time.RFC3339), pod.Name, turns)}
 	}
-	return Action{Kind: Wait, Reason: ReasonLifetime, Drain: cur,
+	return Action{Kind: Wait, Reason: lullv1.ReasonLifetime, Drain: cur,
 		Message: fmt.Sprintf("lifetime drain %s passed its deadline %s; still waiting for the runtime of pod %s (%s; onDrainTimeout Wait)",
 			cur.RequestID, cur.Deadline.UTC().Format(time.RFC3339), pod.Name, turns)}
 }

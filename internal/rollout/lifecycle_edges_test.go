@@ -104,7 +104,7 @@ func TestNotReportingSessionDoesNotHoldTheLifetimeWave(t *testing.T) {
 	}
 	silent := lifetimeDue("a-silent", 0, false)
 	busy := lifetimeDue("b-busy", 2, true)
-	if c := findCondition(silent.Status.Conditions, lullv1.ConditionActive); c == nil || c.Reason != ReasonRuntimeNotReporting {
+	if c := findCondition(silent.Status.Conditions, lullv1.ConditionActive); c == nil || c.Reason != lullv1.ReasonRuntimeNotReporting {
 		t.Fatalf("precondition: the silent session's Active condition %+v, want RuntimeNotReporting", c)
 	}
 	sessions := []lullv1.Session{silent, busy}
@@ -181,7 +181,7 @@ func TestDrainTimeoutSetDuringALifetimeDrainBoundsIt(t *testing.T) {
 	outstanding(&f.o, a.Drain)
 	f.o.Now = now.Add(2 * time.Minute)
 	f.o.ReportWrittenAt = f.o.Now.Add(-time.Second)
-	if a := Decide(f.o); a.Kind != DeletePod || a.Reason != ReasonDrainDeadlineExceeded {
+	if a := Decide(f.o); a.Kind != DeletePod || a.Reason != lullv1.ReasonDrainDeadlineExceeded {
 		t.Fatalf("past the added deadline: %s/%s; want DeletePod", a.Kind, a.Reason)
 	}
 }
@@ -217,7 +217,7 @@ func TestLifetimeDrainOfASilentRuntimeIsBoundByItsDeadline(t *testing.T) {
 		t.Errorf("lifetime drain with a Replace deadline, runtime silent: %s/%s; want it kept until its deadline", a.Kind, a.Reason)
 	}
 	f.o.Now = now.Add(2 * time.Minute)
-	if a := Decide(f.o); a.Kind != DeletePod || a.Reason != ReasonDrainDeadlineExceeded {
+	if a := Decide(f.o); a.Kind != DeletePod || a.Reason != lullv1.ReasonDrainDeadlineExceeded {
 		t.Errorf("past the deadline, onDrainTimeout Replace, runtime silent: %s/%s; want DeletePod", a.Kind, a.Reason)
 	}
 }

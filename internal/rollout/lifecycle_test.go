@@ -48,7 +48,7 @@ func TestIdleSessionIsDrainedThenSuspended(t *testing.T) {
 	}
 	req := idleRequest(podUID, 1)
 	outstanding(&f.o, req)
-	if a := Decide(f.o); a.Kind != Wait || a.Reason != ReasonIdleCull || a.Drain == nil {
+	if a := Decide(f.o); a.Kind != Wait || a.Reason != lullv1.ReasonIdleCull || a.Drain == nil {
 		t.Fatalf("idle drain outstanding, runtime Serving: %s/%s; want Wait/IdleCull keeping the request", a.Kind, a.Reason)
 	}
 	f.o.Session.Status.Runtime.State, f.o.Session.Status.Runtime.RequestID = lullv1.RuntimeDrained, req.RequestID
@@ -69,7 +69,7 @@ func TestIdleSessionIsDrainedThenSuspended(t *testing.T) {
 func TestBusySessionPastItsIdleLimitIsNotDrained(t *testing.T) {
 	f := idleFixture()
 	f.o.Session.Status.Runtime.ActiveTurns = 1
-	if a := Decide(f.o); a.Kind != Wait || a.Reason != ReasonUpToDate || a.Drain != nil {
+	if a := Decide(f.o); a.Kind != Wait || a.Reason != lullv1.ReasonUpToDate || a.Drain != nil {
 		t.Fatalf("a turn in flight: %s/%s; want Wait/UpToDate", a.Kind, a.Reason)
 	}
 }
@@ -90,7 +90,7 @@ func TestActivityDuringIdleDrainWithdrawsIt(t *testing.T) {
 		f.o.Session.Status.Runtime.State, f.o.Session.Status.Runtime.RequestID = lullv1.RuntimeDrained, req.RequestID
 		wake(f)
 		a := Decide(f.o)
-		if a.Kind != Wait || a.Reason != ReasonIdleCullWithdrawn || a.Drain != nil {
+		if a.Kind != Wait || a.Reason != lullv1.ReasonIdleCullWithdrawn || a.Drain != nil {
 			t.Errorf("%s during the idle drain: %s/%s drain %+v; want the request withdrawn", name, a.Kind, a.Reason, a.Drain)
 		}
 		st := NextStatus(f.o, a)
@@ -111,7 +111,7 @@ func TestKeepAliveRestartsTheIdleClock(t *testing.T) {
 	// Written back: the request is gone, and the clock holds from then.
 	f.o.Session.Status = st
 	f.o.Now = now.Add(time.Minute)
-	if a := Decide(f.o); a.Kind != Wait || a.Reason != ReasonUpToDate {
+	if a := Decide(f.o); a.Kind != Wait || a.Reason != lullv1.ReasonUpToDate {
 		t.Fatalf("a minute after keep-alive: %s/%s; want no cull", a.Kind, a.Reason)
 	}
 }
@@ -137,7 +137,7 @@ func TestSuspendedIdleSessionIsDeletedAfterDeleteAfter(t *testing.T) {
 	}
 	f.o.Lifecycle.DeleteAfter = time.Hour
 	a := Decide(f.o)
-	if a.Kind != Wait || a.Reason != ReasonSuspended || a.RequeueAfter < 49*time.Minute || a.RequeueAfter > 51*time.Minute {
+	if a.Kind != Wait || a.Reason != lullv1.ReasonSuspended || a.RequeueAfter < 49*time.Minute || a.RequeueAfter > 51*time.Minute {
 		t.Fatalf("deleteAfter 1h: %s/%s requeue %s; want Wait/Suspended, looked at again at the cull time", a.Kind, a.Reason, a.RequeueAfter)
 	}
 }
@@ -147,7 +147,7 @@ func TestLifetimeRestartDrainsWithinTheWave(t *testing.T) {
 	f.o.Lifecycle = lifecycle.Policy{MaxLifetime: 30 * time.Minute}
 	f.o.Session.Status.Runtime.ActiveTurns = 2
 	f.o.Admitted = false
-	if a := Decide(f.o); a.Kind != Wait || a.Reason != ReasonLifetime || a.Drain != nil {
+	if a := Decide(f.o); a.Kind != Wait || a.Reason != lullv1.ReasonLifetime || a.Drain != nil {
 		t.Fatalf("past maxLifetime, no place in the wave: %s/%s; want Wait/Lifetime", a.Kind, a.Reason)
 	}
 	f.o.Admitted = true
@@ -177,7 +177,7 @@ func TestPassiveStaleSessionConvergesThroughIdleCull(t *testing.T) {
 		t.Fatalf("Passive, stale and idle past its limit: %s/%s; want an Idle drain", a.Kind, a.Reason)
 	}
 	st := NextStatus(f.o, a)
-	if c := findCondition(st.Conditions, lullv1.ConditionUpToDate); c == nil || c.Reason != ReasonUpdatePending {
+	if c := findCondition(st.Conditions, lullv1.ConditionUpToDate); c == nil || c.Reason != lullv1.ReasonUpdatePending {
 		t.Errorf("UpToDate during the idle drain: %+v; want UpdatePending", c)
 	}
 }
@@ -191,7 +191,7 @@ func TestNotReportingSetsActiveUnknown(t *testing.T) {
 	a := Decide(f.o)
 	st := NextStatus(f.o, a)
 	c := findCondition(st.Conditions, lullv1.ConditionActive)
-	if a.Kind != Wait || a.Drain != nil || c == nil || c.Status != metav1.ConditionUnknown || c.Reason != ReasonRuntimeNotReporting ||
+	if a.Kind != Wait || a.Drain != nil || c == nil || c.Status != metav1.ConditionUnknown || c.Reason != lullv1.ReasonRuntimeNotReporting ||
 		!strings.Contains(c.Message, "pod-gone") {
 		t.Fatalf("no report of its own: %s/%s Active %+v; want no cull, Active=Unknown RuntimeNotReporting naming the other pod's report", a.Kind, a.Reason, c)
 	}
@@ -235,7 +235,7 @@ func TestUpdateWithADeadlineTakesOverFromAnIdleDrain(t *testing.T) {
 	f.o.Admitted = false
 	// The idle drain goes on, and the session says it waits for its place
 	// (the template admits sessions that say so).
-	if a := Decide(f.o); a.Kind != Wait || a.Reason != ReasonWaitingForWave || a.Drain == nil || a.Drain.Reason != lullv1.DrainReasonIdle {
+	if a := Decide(f.o); a.Kind != Wait || a.Reason != lullv1.ReasonWaitingForWave || a.Drain == nil || a.Drain.Reason != lullv1.DrainReasonIdle {
 		t.Fatalf("not admitted: %s/%s; want the idle drain to go on, waiting for the wave", a.Kind, a.Reason)
 	}
 	// Without a deadline the idle cull goes first: it moves the session too.
@@ -267,7 +267,7 @@ func TestLifetimeDrainNeedsAReportAndHonoursDrainTimeout(t *testing.T) {
 	outstanding(&f.o, a.Drain)
 	f.o.Now = now.Add(2 * time.Minute)
 	f.o.ReportWrittenAt = f.o.Now.Add(-time.Second)
-	if a := Decide(f.o); a.Kind != DeletePod || a.Reason != ReasonDrainDeadlineExceeded {
+	if a := Decide(f.o); a.Kind != DeletePod || a.Reason != lullv1.ReasonDrainDeadlineExceeded {
 		t.Fatalf("lifetime deadline passed, onDrainTimeout Replace: %s/%s; want DeletePod", a.Kind, a.Reason)
 	}
 	f.o.Policy.OnDrainTimeout = lullv1.DrainTimeoutWait

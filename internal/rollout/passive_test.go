@@ -19,9 +19,9 @@ func TestPassiveNeverDrainsAResumedSession(t *testing.T) {
 		outstanding(&f.o, manual(podUID, 1, now.Add(-time.Minute)))
 		f.o.Session.Status.Runtime = report(podUID, manual(podUID, 1, now.Add(-time.Minute)).RequestID, lullv1.RuntimeDraining, 1)
 		a := Decide(f.o)
-		if a.Kind != Wait || a.Reason != ReasonUpdatePending || a.Drain != nil {
+		if a.Kind != Wait || a.Reason != lullv1.ReasonUpdatePending || a.Drain != nil {
 			t.Errorf("admitted=%v: Passive, stale pod with a leftover Manual request: got %s/%s drain %+v; want Wait/%s with the request withdrawn",
-				admitted, a.Kind, a.Reason, a.Drain, ReasonUpdatePending)
+				admitted, a.Kind, a.Reason, a.Drain, lullv1.ReasonUpdatePending)
 		}
 	}
 }

@@ -23,7 +23,7 @@ func TestReplaceAfterADrainWithoutDeadline(t *testing.T) {
 	}
 	f.o.Session.Status.Drain = a.Drain
 	f.o.Now = now.Add(time.Second)
-	if a := Decide(f.o); a.Kind != DeletePod || a.Reason != ReasonReplaced {
-		t.Errorf("once the deadline is written and passed: got %s/%s; want DeletePod/%s", a.Kind, a.Reason, ReasonReplaced)
+	if a := Decide(f.o); a.Kind != DeletePod || a.Reason != lullv1.ReasonReplaced {
+		t.Errorf("once the deadline is written and passed: got %s/%s; want DeletePod/%s", a.Kind, a.Reason, lullv1.ReasonReplaced)
 	}
 }

@@ -45,7 +45,7 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 		st.FailedReplacements++
 	}
 	ready := a.Kind != DeletePod && a.Kind != Commit && o.Pod != nil && o.Pod.DeletionTimestamp == nil && podReady(o.Pod)
-	if ready && a.Reason == ReasonUpToDate {
+	if ready && a.Reason == lullv1.ReasonUpToDate {
 		st.FailedReplacements = 0
 	}
 
@@ -60,15 +60,15 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 	case ready:
 		set(lullv1.ConditionReady, metav1.ConditionTrue, "PodReady", fmt.Sprintf("pod %s is running and ready", o.Pod.Name))
 	case s.Spec.Suspend:
-		set(lullv1.ConditionReady, metav1.ConditionFalse, ReasonSuspended, "session is suspended")
+		set(lullv1.ConditionReady, metav1.ConditionFalse, lullv1.ReasonSuspended, "session is suspended")
 	case len(o.PendingClaims) > 0 && (o.Pod == nil || o.Pod.Status.Phase == corev1.PodPending):
-		set(lullv1.ConditionReady, metav1.ConditionFalse, ReasonClaimPending, strings.Join(o.PendingClaims, "; "))
+		set(lullv1.ConditionReady, metav1.ConditionFalse, lullv1.ReasonClaimPending, strings.Join(o.PendingClaims, "; "))
 	case o.Pod == nil:
-		set(lullv1.ConditionReady, metav1.ConditionFalse, ReasonPodPending, "session has no pod yet")
+		set(lullv1.ConditionReady, metav1.ConditionFalse, lullv1.ReasonPodPending, "session has no pod yet")
 	default:
 		reason, msg := "PodNotReady", fmt.Sprintf("pod %s is %s", o.Pod.Name, o.Pod.Status.Phase)
 		if failed, why := PodFailure(o.Pod); failed {
-			reason, msg = ReasonPodFailed, fmt.Sprintf("pod %s has failed: %s", o.Pod.Name, why)
+			reason, msg = lullv1.ReasonPodFailed, fmt.Sprintf("pod %s has failed: %s", o.Pod.Name, why)
 		}
 		set(lullv1.ConditionReady, metav1.ConditionFalse, reason, msg)
 	}
@@ -82,12 +82,12 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 
 	switch {
 	case s.Spec.Suspend:
-		reason := ReasonSuspended
+		reason := lullv1.ReasonSuspended
 		if o.Pod != nil {
-			reason = ReasonSuspending
+			reason = lullv1.ReasonSuspending
 		}
 		msg := a.Message
-		if a.Drain != nil && o.Pod != nil && Replicas(o) == 1 && (a.Reason == ReasonDrainRequested || a.Reason == ReasonSuspending) {
+		if a.Drain != nil && o.Pod != nil && Replicas(o) == 1 && (a.Reason == lullv1.ReasonDrainRequested || a.Reason == lullv1.ReasonSuspending) {
 			// One condition for the whole drain, as for an update: the
 			// request and the wait for its answer cost one status write.
 			msg = fmt.Sprintf("suspending: waiting for the runtime of pod %s to drain (request %s)", o.Pod.Name, a.Drain.RequestID)
@@ -112,7 +112,7 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 		if r != nil {
 			found = fmt.Sprintf("one of pod %s", r.PodUID)
 		}
-		set(lullv1.ConditionActive, metav1.ConditionUnknown, ReasonRuntimeNotReporting,
+		set(lullv1.ConditionActive, metav1.ConditionUnknown, lullv1.ReasonRuntimeNotReporting,
 			fmt.Sprintf("pod %s has been ready since %s and its runtime has written no report of its own (status.runtime holds %s); "+
 				"the session is not culled while it does not report: check the runtime's logs and its RoleBinding lull-runtime-%s",
 				o.Pod.Name, j.ReportDue.Add(-lifecycle.FirstReportGrace).UTC().Format(time.RFC3339), found, s.Name))
@@ -134,7 +134,7 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 // suspended.
 func setUpToDate(o Observed, a Action, set func(typ string, status metav1.ConditionStatus, reason, msg string)) {
 	switch a.Reason {
-	case ReasonIdleCull, ReasonIdleCullWithdrawn, ReasonLifetime:
+	case lullv1.ReasonIdleCull, lullv1.ReasonIdleCullWithdrawn, lullv1.ReasonLifetime:
 		// A lifecycle step says nothing of the revision: the Draining and
 		// Active conditions and status.lifecycle tell it.
 		update := ""
@@ -145,16 +145,16 @@ func setUpToDate(o Observed, a Action, set func(typ string, status metav1.Condit
 		case o.Pod == nil || update == "":
 			set(lullv1.ConditionUpToDate, metav1.ConditionUnknown, a.Reason, a.Message)
 		case PodRevision(o.Pod) == update:
-			set(lullv1.ConditionUpToDate, metav1.ConditionTrue, ReasonUpToDate, upToDateMessage(o.Pod, update))
+			set(lullv1.ConditionUpToDate, metav1.ConditionTrue, lullv1.ReasonUpToDate, upToDateMessage(o.Pod, update))
 		case o.Policy.Strategy == lullv1.UpdateStrategyPassive:
-			set(lullv1.ConditionUpToDate, metav1.ConditionFalse, ReasonUpdatePending,
+			set(lullv1.ConditionUpToDate, metav1.ConditionFalse, lullv1.ReasonUpdatePending,
 				fmt.Sprintf("pod %s runs revision %s; the update to revision %s waits until the pod is replaced (strategy Passive)", o.Pod.Name, PodRevision(o.Pod), update))
 		default:
 			set(lullv1.ConditionUpToDate, metav1.ConditionFalse, a.Reason, a.Message)
 		}
-	case ReasonUpToDate:
+	case lullv1.ReasonUpToDate:
 		set(lullv1.ConditionUpToDate, metav1.ConditionTrue, a.Reason, a.Message)
-	case ReasonDrainRequested, ReasonDraining:
+	case lullv1.ReasonDrainRequested, lullv1.ReasonDraining:
 		// One condition for the whole drain: the request and the wait for
 		// its answer read the same, so the wait costs no status write.
 		msg := fmt.Sprintf("pod %s runs revision %s; waiting for its runtime to drain for revision %s (request %s)",
@@ -162,8 +162,8 @@ func setUpToDate(o Observed, a Action, set func(typ string, status metav1.Condit
 		if d := a.Drain.Deadline; d != nil {
 			msg += fmt.Sprintf("; deadline %s", d.UTC().Format(time.RFC3339))
 		}
-		set(lullv1.ConditionUpToDate, metav1.ConditionFalse, ReasonDraining, msg)
-	case ReasonRevisionUnknown, ReasonStatefulSetPending, ReasonPodPending, ReasonPodTerminating, ReasonSuspended:
+		set(lullv1.ConditionUpToDate, metav1.ConditionFalse, lullv1.ReasonDraining, msg)
+	case lullv1.ReasonRevisionUnknown, lullv1.ReasonStatefulSetPending, lullv1.ReasonPodPending, lullv1.ReasonPodTerminating, lullv1.ReasonSuspended:
 		set(lullv1.ConditionUpToDate, metav1.ConditionUnknown, a.Reason, a.Message)
 	default:
 		set(lullv1.ConditionUpToDate, metav1.ConditionFalse, a.Reason, a.Message)
@@ -210,16 +210,16 @@ func podReady(pod *corev1.Pod) bool {
 // new pod.
 func Passing(o Observed, a Action) bool {
 	switch a.Reason {
-	case ReasonRevisionUnknown, ReasonPodTerminating, ReasonPodPending, ReasonStatefulSetPending:
+	case lullv1.ReasonRevisionUnknown, lullv1.ReasonPodTerminating, lullv1.ReasonPodPending, lullv1.ReasonStatefulSetPending:
 		return true
-	case ReasonWaitingForWave:
+	case lullv1.ReasonWaitingForWave:
 		// The template controller admits a stale session by its revision,
 		// most often at once; only a session still waiting after the
 		// settle delay says so (one status write fewer per session).
 		return true
-	case ReasonSuspending:
+	case lullv1.ReasonSuspending:
 		return Replicas(o) == 0 // drained; the StatefulSet controller is removing the pod
-	case ReasonUpToDate:
+	case lullv1.ReasonUpToDate:
 		if failed, _ := PodFailure(o.Pod); failed {
 			// A failing pod is no passing state: it shows at once.
 			return false

@@ -19,7 +19,7 @@ func TestNextStatus(t *testing.T) {
 		f.o.Pod.Status.Phase = corev1.PodPending
 		f.o.PendingClaims = []string{`PersistentVolumeClaim workspace-alice-0 is Pending: ProvisioningFailed: storageclass.storage.k8s.io "fast" not found`}
 		st := NextStatus(f.o, Decide(f.o))
-		assertCondition(t, st, lullv1.ConditionReady, metav1.ConditionFalse, ReasonClaimPending)
+		assertCondition(t, st, lullv1.ConditionReady, metav1.ConditionFalse, lullv1.ReasonClaimPending)
 		for _, c := range st.Conditions {
 			if c.Type == lullv1.ConditionReady && !strings.Contains(c.Message, "workspace-alice-0") {
 				t.Errorf("Ready message %q does not name the claim", c.Message)
@@ -36,7 +36,7 @@ func TestNextStatus(t *testing.T) {
 		if st.Phase != lullv1.SessionDraining || st.Drain == nil || st.CurrentRevision != oldRev || st.UpdateRevision != newRev {
 			t.Fatalf("status = %+v", st)
 		}
-		assertCondition(t, st, lullv1.ConditionUpToDate, metav1.ConditionFalse, ReasonDraining)
+		assertCondition(t, st, lullv1.ConditionUpToDate, metav1.ConditionFalse, lullv1.ReasonDraining)
 		f.o.Session.Status = st
 		again := NextStatus(f.o, Decide(f.o))
 		if !equality.Semantic.DeepEqual(again, st) {
@@ -57,7 +57,7 @@ func TestNextStatus(t *testing.T) {
 		if st.Phase != lullv1.SessionRunning || st.FailedReplacements != 0 || st.Drain != nil {
 			t.Fatalf("status = %+v", st)
 		}
-		assertCondition(t, st, lullv1.ConditionUpToDate, metav1.ConditionTrue, ReasonUpToDate)
+		assertCondition(t, st, lullv1.ConditionUpToDate, metav1.ConditionTrue, lullv1.ReasonUpToDate)
 		assertCondition(t, st, lullv1.ConditionActive, metav1.ConditionUnknown, "NoReport")
 	})
 	t.Run("a committed failed replacement counts toward backoff, once", func(t *testing.T) {
@@ -92,7 +92,7 @@ func TestNextStatus(t *testing.T) {
 		ts := metav1.NewTime(now.Add(-time.Hour))
 		f.o.Pod.DeletionTimestamp = &ts
 		st := NextStatus(f.o, Decide(f.o))
-		assertCondition(t, st, lullv1.ConditionUpToDate, metav1.ConditionFalse, ReasonPodStuckTerminating)
+		assertCondition(t, st, lullv1.ConditionUpToDate, metav1.ConditionFalse, lullv1.ReasonPodStuckTerminating)
 	})
 	t.Run("current failing pod shows Failed", func(t *testing.T) {
 		f := newFixture()
@@ -102,7 +102,7 @@ func TestNextStatus(t *testing.T) {
 		if st.Phase != lullv1.SessionFailed {
 			t.Fatalf("phase = %s", st.Phase)
 		}
-		assertCondition(t, st, lullv1.ConditionReady, metav1.ConditionFalse, ReasonPodFailed)
+		assertCondition(t, st, lullv1.ConditionReady, metav1.ConditionFalse, lullv1.ReasonPodFailed)
 	})
 	t.Run("transition time moves only when status changes", func(t *testing.T) {
 		f := newFixture()

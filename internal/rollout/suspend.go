@@ -29,10 +29,10 @@ func decideSuspend(o Observed, j lifecycle.Judgement) Action {
 	s, pod := o.Session, o.Pod
 	switch {
 	case pod == nil && j.CullDue && j.Status.CullAction == lullv1.IdleDelete:
-		return Action{Kind: DeleteSession, Reason: ReasonIdleCull,
+		return Action{Kind: DeleteSession, Reason: lullv1.ReasonIdleCull,
 			Message: fmt.Sprintf("suspended session idle since %s, past idle.deleteAfter; deleting it", j.Status.IdleSince.UTC().Format(time.RFC3339))}
 	case pod == nil:
-		a := Action{Kind: Wait, Reason: ReasonSuspended, Message: "session is suspended"}
+		a := Action{Kind: Wait, Reason: lullv1.ReasonSuspended, Message: "session is suspended"}
 		if !j.NextCheck.IsZero() {
 			a.RequeueAfter = j.NextCheck.Sub(o.Now) + time.Second/10
 		}
@@ -40,7 +40,7 @@ func decideSuspend(o Observed, j lifecycle.Judgement) Action {
 	case pod.DeletionTimestamp != nil:
 		return terminating(o, "suspending: ")
 	case Replicas(o) == 0:
-		return Action{Kind: Wait, Reason: ReasonSuspending, Drain: s.Status.Drain, Replacement: s.Status.Replacement,
+		return Action{Kind: Wait, Reason: lullv1.ReasonSuspending, Drain: s.Status.Drain, Replacement: s.Status.Replacement,
 			Message: fmt.Sprintf("suspending: scaling pod %s away", pod.Name)}
 	}
 	if a, ok := replaceUnserved(o, false); ok {
@@ -50,12 +50,12 @@ func decideSuspend(o Observed, j lifecycle.Judgement) Action {
 	want := manualRequest(s.Status, pod.UID, o.Now)
 	switch {
 	case s.Status.Drain == nil || s.Status.Drain.RequestID != want.RequestID:
-		return Action{Kind: RequestDrain, Reason: ReasonDrainRequested, Drain: want,
+		return Action{Kind: RequestDrain, Reason: lullv1.ReasonDrainRequested, Drain: want,
 			Message: fmt.Sprintf("session suspended; asked the runtime of pod %s to drain first (request %s)", pod.Name, want.RequestID)}
 	case drain.Answers(want, s.Status.Runtime, pod.UID):
 		return commitDrained(o, fmt.Sprintf("suspending: runtime of pod %s reported Drained for request %s; scaling it away", pod.Name, want.RequestID))
 	}
-	return Action{Kind: Wait, Reason: ReasonSuspending, Drain: s.Status.Drain,
+	return Action{Kind: Wait, Reason: lullv1.ReasonSuspending, Drain: s.Status.Drain,
 		Message: fmt.Sprintf("suspending: waiting for the runtime of pod %s to drain (request %s)", pod.Name, want.RequestID)}
 }
 

@@ -33,10 +33,6 @@ var DefaultMaxUnavailable = intstr.FromString("25%")
 // replaced, its template changed back) and will never issue it.
 const UnusedAdmissionTTL = 2 * time.Minute
 
-// ReasonWaitingForWave: the session is stale and waits for a place in the
-// template's wave (UpToDate condition).
-const ReasonWaitingForWave = "WaitingForWave"
-
 // MaxUnavailable resolves the policy's maxUnavailable against the number
 // of running sessions: a count as given, a percentage rounded down; at
 // least 1.
@@ -114,7 +110,7 @@ func PlanWave(wave []lullv1.WaveEntry, sessions []lullv1.Session, max int, now t
 			continue
 		}
 		staleByRevision := rev != "" && s.Status.TemplateRevision != "" && s.Status.TemplateRevision != rev && settled(s)
-		if staleByRevision || LifetimeDue(s, now) || hasConditionReason(s, lullv1.ConditionUpToDate, ReasonWaitingForWave) {
+		if staleByRevision || LifetimeDue(s, now) || hasConditionReason(s, lullv1.ConditionUpToDate, lullv1.ReasonWaitingForWave) {
 			waiting = append(waiting, s)
 		}
 	}
@@ -213,7 +209,7 @@ func waitingForWave(o Observed, current *lullv1.DrainRequest) Action {
 		// reopens while the session waits for its place.
 		current = nil
 	}
-	return Action{Kind: Wait, Reason: ReasonWaitingForWave, Drain: current,
+	return Action{Kind: Wait, Reason: lullv1.ReasonWaitingForWave, Drain: current,
 		Message: fmt.Sprintf("pod %s runs revision %s; waiting for a place in the template's rollout wave (maxUnavailable)", o.Pod.Name, PodRevision(o.Pod))}
 }
 

@@ -31,7 +31,7 @@ func (w waveSession) session() lullv1.Session {
 		s.Status.Conditions = append(s.Status.Conditions, metav1.Condition{Type: lullv1.ConditionReady, Status: metav1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-w.ready))})
 	}
 	if w.waiting {
-		s.Status.Conditions = append(s.Status.Conditions, metav1.Condition{Type: lullv1.ConditionUpToDate, Status: metav1.ConditionFalse, Reason: ReasonWaitingForWave})
+		s.Status.Conditions = append(s.Status.Conditions, metav1.Condition{Type: lullv1.ConditionUpToDate, Status: metav1.ConditionFalse, Reason: lullv1.ReasonWaitingForWave})
 	}
 	if w.drain {
 		s.Status.Drain = &lullv1.DrainRequest{RequestID: "update-x", Reason: lullv1.DrainReasonUpdate, Sequence: w.seq}

@@ -20,7 +20,6 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	lullsession "lull.dev/lull/internal/controller/session"
-	lullrollout "lull.dev/lull/internal/rollout"
 )
 
 // A template's spec.files reach the runtime under lull dev; new content is
@@ -135,7 +134,7 @@ func TestFilesQuotaReportedAndRecovered(t *testing.T) {
 	})
 	eventually(t, 20*time.Second, "the session says FilesNotReady", func() error {
 		cond := meta.FindStatusCondition(session(t, ns, name).Status.Conditions, lullv1.ConditionUpToDate)
-		if cond == nil || cond.Reason != lullrollout.ReasonFilesNotReady || !strings.Contains(cond.Message, second) {
+		if cond == nil || cond.Reason != lullv1.ReasonFilesNotReady || !strings.Contains(cond.Message, second) {
 			return fmt.Errorf("UpToDate = %+v", cond)
 		}
 		return nil
@@ -160,7 +159,7 @@ func TestFilesQuotaReportedAndRecovered(t *testing.T) {
 	edit(t, quota, func(q *corev1.ResourceQuota) { q.Spec.Hard[count] = resource.MustParse("100") })
 	after := replacedAll(t, ns, names, before)
 	sees(t, types.UID(after.Pods[name].UID), "model: small\n")
-	if !hasEvent(t, ns, name, lullrollout.ReasonDrainRequested) {
+	if !hasEvent(t, ns, name, lullv1.ReasonDrainRequested) {
 		t.Error("the session was replaced without a drain")
 	}
 	// The sessions move on the ConfigMap's creation; the template's status

@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	sessionctl "lull.dev/lull/internal/controller/session"
 )
 
 // orphanSession deletes a busy session with --cascade=orphan (the garbage
@@ -90,7 +89,7 @@ func reapedEvents(t *testing.T, ns string) []eventsv1.Event {
 	}
 	var out []eventsv1.Event
 	for _, e := range list.Items {
-		if e.Reason == sessionctl.ReasonOrphanReaped {
+		if e.Reason == lullv1.ReasonOrphanReaped {
 			out = append(out, e)
 		}
 	}

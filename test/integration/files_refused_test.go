@@ -21,7 +21,6 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/controller/session"
-	"lull.dev/lull/internal/rollout"
 )
 
 // TestFilesQuota fills the namespace's ResourceQuota count/configmaps and
@@ -84,7 +83,7 @@ func TestFilesQuota(t *testing.T) {
 			if err := admin.Get(ctx, client.ObjectKeyFromObject(s), got); err != nil {
 				return err
 			}
-			if c := meta.FindStatusCondition(got.Status.Conditions, lullv1.ConditionUpToDate); c == nil || c.Reason != rollout.ReasonFilesNotReady || !strings.Contains(c.Message, second) {
+			if c := meta.FindStatusCondition(got.Status.Conditions, lullv1.ConditionUpToDate); c == nil || c.Reason != lullv1.ReasonFilesNotReady || !strings.Contains(c.Message, second) {
 				return fmt.Errorf("UpToDate = %+v", c)
 			}
 			return nil

@@ -18,7 +18,6 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/controller/session"
-	"lull.dev/lull/internal/rollout"
 )
 
 // TestFilesValidation checks that the API server refuses bad spec.files
@@ -175,7 +174,7 @@ func TestFilesConfigMap(t *testing.T) {
 				return err
 			}
 			c := meta.FindStatusCondition(got.Status.Conditions, lullv1.ConditionUpToDate)
-			if c == nil || c.Reason != rollout.ReasonFilesNotReady || !strings.Contains(c.Message, squatter.Name) {
+			if c == nil || c.Reason != lullv1.ReasonFilesNotReady || !strings.Contains(c.Message, squatter.Name) {
 				return fmt.Errorf("UpToDate = %+v", c)
 			}
 			return nil

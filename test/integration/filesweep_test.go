@@ -204,11 +204,11 @@ func TestFilesSweeper(t *testing.T) {
 	}
 	select {
 	case e := <-recorder.Events:
-		if !strings.Contains(e, filesweep.ReasonFilesSwept) || !strings.Contains(e, unreferenced.Name) {
-			t.Errorf("event %q: want %s naming %s", e, filesweep.ReasonFilesSwept, unreferenced.Name)
+		if !strings.Contains(e, lullv1.ReasonFilesSwept) || !strings.Contains(e, unreferenced.Name) {
+			t.Errorf("event %q: want %s naming %s", e, lullv1.ReasonFilesSwept, unreferenced.Name)
 		}
 	default:
-		t.Errorf("no %s Event on the template", filesweep.ReasonFilesSwept)
+		t.Errorf("no %s Event on the template", lullv1.ReasonFilesSwept)
 	}
 	select {
 	case e := <-recorder.Events:

@@ -18,8 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/controller/session"
-	"lull.dev/lull/internal/rollout"
 )
 
 // rendered waits until the controller has rendered s's identity, Service and
@@ -130,8 +128,8 @@ func TestOrphansOfADeletedSessionAreReaped(t *testing.T) {
 		eventually(t, 15*time.Second, fmt.Sprintf("%T %s is reaped", o, o.GetName()), func(ctx context.Context) error { return gone(ctx, o) })
 	}
 	for _, name := range []string{"StatefulSet " + s.Name, "Pod " + pod.Name, "ServiceAccount " + lullv1.RuntimeIdentityName(s.Name)} {
-		eventually(t, 10*time.Second, session.ReasonOrphanReaped+" Event for "+name, func(ctx context.Context) error {
-			return hasEvent(ctx, ns, session.ReasonOrphanReaped, name)
+		eventually(t, 10*time.Second, lullv1.ReasonOrphanReaped+" Event for "+name, func(ctx context.Context) error {
+			return hasEvent(ctx, ns, lullv1.ReasonOrphanReaped, name)
 		})
 	}
 }
@@ -180,8 +178,8 @@ func TestLostOwnerReferenceOfALiveSessionIsRestored(t *testing.T) {
 	if err := podGone(t.Context(), pod); err == nil {
 		t.Fatal("the live session's pod was deleted")
 	}
-	eventually(t, 10*time.Second, session.ReasonOwnerReferenceRestored+" Event", func(ctx context.Context) error {
-		return hasEvent(ctx, ns, session.ReasonOwnerReferenceRestored, "StatefulSet "+sts.Name)
+	eventually(t, 10*time.Second, lullv1.ReasonOwnerReferenceRestored+" Event", func(ctx context.Context) error {
+		return hasEvent(ctx, ns, lullv1.ReasonOwnerReferenceRestored, "StatefulSet "+sts.Name)
 	})
 }
 
@@ -229,9 +227,9 @@ func TestRecreatedSessionNeverAdoptsItsPredecessorsPod(t *testing.T) {
 		return nil
 	})
 	eventually(t, 15*time.Second, "the predecessor's StatefulSet is reaped", func(ctx context.Context) error { return gone(ctx, oldSTS) })
-	waitStatus(t, ns, s.Name, "Ready reason "+rollout.ReasonPredecessorTerminating, func(st lullv1.SessionStatus) bool {
+	waitStatus(t, ns, s.Name, "Ready reason "+lullv1.ReasonPredecessorTerminating, func(st lullv1.SessionStatus) bool {
 		c := meta.FindStatusCondition(st.Conditions, lullv1.ConditionReady)
-		return c != nil && c.Reason == rollout.ReasonPredecessorTerminating
+		return c != nil && c.Reason == lullv1.ReasonPredecessorTerminating
 	})
 	consistently(t, 2*time.Second, "no StatefulSet while the predecessor's pod is there", func(ctx context.Context) error {
 		err := admin.Get(ctx, client.ObjectKeyFromObject(oldSTS), &appsv1.StatefulSet{})
@@ -256,8 +254,8 @@ func TestRecreatedSessionNeverAdoptsItsPredecessorsPod(t *testing.T) {
 	}
 	waitStatus(t, ns, s.Name, "the new session runs its new pod", func(st lullv1.SessionStatus) bool { return st.PodUID == newPod.UID })
 	for _, name := range []string{"StatefulSet " + oldSTS.Name, "Pod " + oldPod.Name} {
-		eventually(t, 10*time.Second, session.ReasonOrphanReaped+" Event for "+name, func(ctx context.Context) error {
-			return hasEvent(ctx, ns, session.ReasonOrphanReaped, name)
+		eventually(t, 10*time.Second, lullv1.ReasonOrphanReaped+" Event for "+name, func(ctx context.Context) error {
+			return hasEvent(ctx, ns, lullv1.ReasonOrphanReaped, name)
 		})
 	}
 }

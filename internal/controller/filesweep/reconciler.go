@@ -31,10 +31,6 @@ const (
 	DefaultPassDelay = time.Second
 )
 
-// ReasonFilesSwept is the reason of the Normal Event recorded on a
-// SessionTemplate when the sweeper deletes one of its files ConfigMaps.
-const ReasonFilesSwept = "FilesSwept"
-
 // Reconciler sweeps the files ConfigMaps of one namespace per request
 // (the request's name is empty).
 type Reconciler struct {
@@ -172,7 +168,7 @@ func (r *Reconciler) delete(ctx context.Context, cm *corev1.ConfigMap, templates
 	tpl := cm.Labels[lullv1.LabelTemplate]
 	for i := range templates {
 		if templates[i].Name == tpl && r.Recorder != nil {
-			r.Recorder.Eventf(&templates[i], nil, corev1.EventTypeNormal, ReasonFilesSwept, "Sweep",
+			r.Recorder.Eventf(&templates[i], nil, corev1.EventTypeNormal, lullv1.ReasonFilesSwept, "Sweep",
 				"deleted ConfigMap %s (files %s): not the template's current files, and no StatefulSet or pod names it", cm.Name, cm.Labels[lullv1.LabelFiles])
 		}
 	}

@@ -37,7 +37,7 @@ func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.
 			// the commitment on), not deleted: a delete while the
 			// StatefulSet still wants one replica would only make it create
 			// a pod for nothing.
-			a.Kind, a.Reason = rollout.Wait, rollout.ReasonSuspending
+			a.Kind, a.Reason = rollout.Wait, lullv1.ReasonSuspending
 			return a, true, nil
 		}
 		if a.Drain != nil && a.Drain.Reason == lullv1.DrainReasonIdle && a.Replacement != nil && a.Replacement.Reason == lullv1.ReplacementDrained {
@@ -80,8 +80,8 @@ func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.
 func (r *Reconciler) commit(ctx context.Context, o rollout.Observed, a rollout.Action) error {
 	s := o.Session
 	next := rollout.NextStatus(o, a)
-	notReporting := conditionReason(next.Conditions, lullv1.ConditionActive) == rollout.ReasonRuntimeNotReporting &&
-		!hasConditionReason(s, lullv1.ConditionActive, rollout.ReasonRuntimeNotReporting)
+	notReporting := conditionReason(next.Conditions, lullv1.ConditionActive) == lullv1.ReasonRuntimeNotReporting &&
+		!hasConditionReason(s, lullv1.ConditionActive, lullv1.ReasonRuntimeNotReporting)
 	phaseBefore := s.Status.Phase
 	if err := r.writeStatus(ctx, s, next, a.Reason); err != nil {
 		return err
@@ -98,7 +98,7 @@ func (r *Reconciler) deletePod(ctx context.Context, o rollout.Observed, a rollou
 	switch {
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		log.FromContext(ctx).Info("pod already gone or replaced; nothing deleted", "pod", o.Pod.Name, "uid", a.PodUID)
-		return rollout.Action{Kind: rollout.Wait, Reason: rollout.ReasonPodTerminating, Drain: a.Drain, Replacement: a.Replacement, Message: a.Message, RequeueAfter: time.Second}, nil
+		return rollout.Action{Kind: rollout.Wait, Reason: lullv1.ReasonPodTerminating, Drain: a.Drain, Replacement: a.Replacement, Message: a.Message, RequeueAfter: time.Second}, nil
 	case err != nil:
 		return a, fmt.Errorf("delete pod %s: %w", o.Pod.Name, err)
 	}
@@ -107,9 +107,9 @@ func (r *Reconciler) deletePod(ctx context.Context, o rollout.Observed, a rollou
 	log.FromContext(ctx).Info("deleted pod", "pod", o.Pod.Name, "uid", a.PodUID, "reason", a.Reason)
 	eventType, note := corev1.EventTypeNormal, a.Message
 	switch a.Reason {
-	case rollout.ReasonForced:
+	case lullv1.ReasonForced:
 		eventType, note = corev1.EventTypeWarning, a.Message+forcedBy(s)
-	case rollout.ReasonReplaced, rollout.ReasonDrainDeadlineExceeded:
+	case lullv1.ReasonReplaced, lullv1.ReasonDrainDeadlineExceeded:
 		// Turns may have been cut short: say so where operators look.
 		eventType = corev1.EventTypeWarning
 	}

@@ -32,7 +32,7 @@ import (
 // quota, a webhook, a conflicting object) can be fixed without any event
 // lull watches; the condition says when the next try is.
 //
-// A session waiting for its template's files (ReasonFilesNotReady) is not
+// A session waiting for its template's files (lullv1.ReasonFilesNotReady) is not
 // broken: Ready stays what its pod says, and no Event is recorded for it,
 // since the template records the cause once (its FilesReady condition).
 func (r *Reconciler) blocked(ctx context.Context, s *lullv1.Session, reason, msg string) (ctrl.Result, error) {
@@ -52,7 +52,7 @@ func (r *Reconciler) blockedWith(ctx context.Context, s *lullv1.Session, pod *co
 	if c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionUpToDate); c != nil && c.Reason == reason {
 		since = c.LastTransitionTime.Time
 	}
-	waiting := reason == rollout.ReasonFilesNotReady
+	waiting := reason == lullv1.ReasonFilesNotReady
 	retry := NextRetry(since, now)
 	msg = fmt.Sprintf("%s; next try at %s", msg, retry.UTC().Format(time.RFC3339))
 	// The report is judged on the API server's clock here too: a runtime
@@ -81,8 +81,8 @@ func (r *Reconciler) blockedWith(ctx context.Context, s *lullv1.Session, pod *co
 			meta.FindStatusCondition(st.Conditions, typ).LastTransitionTime = metav1.NewTime(now)
 		}
 	}
-	notReporting := conditionReason(st.Conditions, lullv1.ConditionActive) == rollout.ReasonRuntimeNotReporting &&
-		!hasConditionReason(s, lullv1.ConditionActive, rollout.ReasonRuntimeNotReporting)
+	notReporting := conditionReason(st.Conditions, lullv1.ConditionActive) == lullv1.ReasonRuntimeNotReporting &&
+		!hasConditionReason(s, lullv1.ConditionActive, lullv1.ReasonRuntimeNotReporting)
 	phaseBefore := s.Status.Phase
 	if err := r.writeStatus(ctx, s, st, reason); err != nil {
 		return ctrl.Result{}, err
@@ -123,11 +123,11 @@ func (r *Reconciler) renderFailed(ctx context.Context, s *lullv1.Session, err er
 	var invalid errInvalidTemplate
 	switch {
 	case errors.As(err, &invalid):
-		return r.blocked(ctx, s, rollout.ReasonRenderFailed, fmt.Sprintf("SessionTemplate %s: %v", s.Spec.TemplateRef.Name, err))
+		return r.blocked(ctx, s, lullv1.ReasonRenderFailed, fmt.Sprintf("SessionTemplate %s: %v", s.Spec.TemplateRef.Name, err))
 	case errors.As(err, &notOwned):
-		return r.blocked(ctx, s, rollout.ReasonNameConflict, err.Error())
+		return r.blocked(ctx, s, lullv1.ReasonNameConflict, err.Error())
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err):
-		return r.blocked(ctx, s, rollout.ReasonRenderFailed, fmt.Sprintf("%v; fix SessionTemplate %s", err, s.Spec.TemplateRef.Name))
+		return r.blocked(ctx, s, lullv1.ReasonRenderFailed, fmt.Sprintf("%v; fix SessionTemplate %s", err, s.Spec.TemplateRef.Name))
 	}
 	return ctrl.Result{}, err
 }

@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/rollout"
 )
 
 // A template whose files ConfigMap does not exist (the template controller
@@ -53,11 +52,11 @@ func TestSessionWaitsForTheTemplatesFiles(t *testing.T) {
 	}
 	s := w.session()
 	up := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionUpToDate)
-	if up == nil || up.Status != metav1.ConditionUnknown || up.Reason != rollout.ReasonFilesNotReady ||
+	if up == nil || up.Status != metav1.ConditionUnknown || up.Reason != lullv1.ReasonFilesNotReady ||
 		!strings.Contains(up.Message, FilesConfigMapName(tmpl)) || !strings.Contains(up.Message, lullv1.ConditionFilesReady) {
 		t.Errorf("UpToDate = %+v; want Unknown FilesNotReady naming the ConfigMap and the template's FilesReady", up)
 	}
-	if ready := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionReady); ready != nil && ready.Reason == rollout.ReasonFilesNotReady ||
+	if ready := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionReady); ready != nil && ready.Reason == lullv1.ReasonFilesNotReady ||
 		readyBefore != nil && (ready == nil || ready.Status != readyBefore.Status) {
 		t.Errorf("Ready = %+v (was %+v); a wait for files must leave it to the pod", ready, readyBefore)
 	}
@@ -91,7 +90,7 @@ func TestSessionWaitsForTheTemplatesFiles(t *testing.T) {
 	if got := filesVolumeOf(sts); got != desired.Name {
 		t.Errorf("once the ConfigMap exists the StatefulSet mounts %q, want %q", got, desired.Name)
 	}
-	if up := meta.FindStatusCondition(w.session().Status.Conditions, lullv1.ConditionUpToDate); up != nil && up.Reason == rollout.ReasonFilesNotReady {
+	if up := meta.FindStatusCondition(w.session().Status.Conditions, lullv1.ConditionUpToDate); up != nil && up.Reason == lullv1.ReasonFilesNotReady {
 		t.Errorf("UpToDate still %+v once the ConfigMap exists", up)
 	}
 }

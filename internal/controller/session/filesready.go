@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/rollout"
 )
 
 // FilesConflict means a ConfigMap with the name of a template's files
@@ -136,11 +135,11 @@ func (r *Reconciler) waitForFiles(ctx context.Context, key types.NamespacedName,
 	if !errors.As(err, &notReady) {
 		return r.renderFailed(ctx, s, err)
 	}
-	if !hasConditionReason(s, lullv1.ConditionUpToDate, rollout.ReasonFilesNotReady) {
+	if !hasConditionReason(s, lullv1.ConditionUpToDate, lullv1.ReasonFilesNotReady) {
 		now := r.now()
-		if wait := r.passing.since(key.String(), rollout.ReasonFilesNotReady, now).Add(SettleDelay).Sub(now); wait > 0 {
+		if wait := r.passing.since(key.String(), lullv1.ReasonFilesNotReady, now).Add(SettleDelay).Sub(now); wait > 0 {
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
 	}
-	return r.blocked(ctx, s, rollout.ReasonFilesNotReady, notReady.Error())
+	return r.blocked(ctx, s, lullv1.ReasonFilesNotReady, notReady.Error())
 }

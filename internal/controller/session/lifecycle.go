@@ -118,16 +118,16 @@ func (r *Reconciler) recordLifecycle(s *lullv1.Session, pod *corev1.Pod, before 
 		r.Recorder.Eventf(s, nil, corev1.EventTypeNormal, "Resumed", "Resume", "session resumed: a new pod starts on the update revision; its idle clock starts from the new pod's first report")
 	}
 	switch a.Reason {
-	case rollout.ReasonIdleCullWithdrawn:
+	case lullv1.ReasonIdleCullWithdrawn:
 		r.Recorder.Eventf(s, related(pod), corev1.EventTypeNormal, a.Reason, "Cull", a.Message)
-	case rollout.ReasonLifetime:
+	case lullv1.ReasonLifetime:
 		if a.Kind == rollout.RequestDrain {
 			culls.WithLabelValues(string(lullv1.DrainReasonLifetime)).Inc()
 		}
 	}
 	if notReporting {
 		c := conditionMessage(next.Conditions, lullv1.ConditionActive)
-		r.Recorder.Eventf(s, related(pod), corev1.EventTypeWarning, rollout.ReasonRuntimeNotReporting, "Report", c)
+		r.Recorder.Eventf(s, related(pod), corev1.EventTypeWarning, lullv1.ReasonRuntimeNotReporting, "Report", c)
 	}
 }
 

@@ -14,7 +14,6 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/drain"
-	"lull.dev/lull/internal/rollout"
 )
 
 func deleteTemplate(t *testing.T, w *world) {
@@ -57,7 +56,7 @@ func TestBlockedSessionJudgesItsReportOnTheServersClock(t *testing.T) {
 	if _, err := w.reconcile(); err != nil {
 		t.Fatal(err)
 	}
-	if c := meta.FindStatusCondition(w.session().Status.Conditions, lullv1.ConditionActive); c == nil || c.Reason == rollout.ReasonRuntimeNotReporting {
+	if c := meta.FindStatusCondition(w.session().Status.Conditions, lullv1.ConditionActive); c == nil || c.Reason == lullv1.ReasonRuntimeNotReporting {
 		t.Fatalf("precondition: Active %+v, want the fresh report judged reporting", c)
 	}
 	deleteTemplate(t, w)
@@ -66,10 +65,10 @@ func TestBlockedSessionJudgesItsReportOnTheServersClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := w.session()
-	if c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionReady); c == nil || c.Reason != rollout.ReasonTemplateNotFound {
+	if c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionReady); c == nil || c.Reason != lullv1.ReasonTemplateNotFound {
 		t.Fatalf("precondition: Ready %+v, want TemplateNotFound", c)
 	}
-	if c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionActive); c == nil || c.Reason == rollout.ReasonRuntimeNotReporting {
+	if c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionActive); c == nil || c.Reason == lullv1.ReasonRuntimeNotReporting {
 		t.Errorf("blocked session, report written a second ago by the API server's clock (reportedAt 10 minutes back by the runtime's): Active %+v; "+
 			"want it judged reporting, as an unblocked session is", c)
 	}
@@ -243,14 +242,14 @@ func TestNotReportingIsRecordedOncePerEpisode(t *testing.T) {
 		}
 	}
 	c := meta.FindStatusCondition(w.session().Status.Conditions, lullv1.ConditionActive)
-	if c == nil || c.Reason != rollout.ReasonRuntimeNotReporting {
+	if c == nil || c.Reason != lullv1.ReasonRuntimeNotReporting {
 		t.Fatalf("Active %+v: the pod has been ready an hour with no report of its own; want RuntimeNotReporting", c)
 	}
 	n := map[string]int{}
 	for _, r := range w.eventReasons() {
 		n[r]++
 	}
-	if n[rollout.ReasonRuntimeNotReporting] != 1 {
+	if n[lullv1.ReasonRuntimeNotReporting] != 1 {
 		t.Errorf("events %v: two reconciles said Active=Unknown RuntimeNotReporting; want one Warning Event", n)
 	}
 }

@@ -17,7 +17,6 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/drain"
-	"lull.dev/lull/internal/rollout"
 )
 
 // DrainedPriority is the work-queue priority of a session whose runtime has
@@ -164,7 +163,7 @@ func ReportRewriteOnly(old, cur *lullv1.Session) bool {
 	if old.ResourceVersion == cur.ResourceVersion || old.Status.Runtime == nil || cur.Status.Runtime == nil {
 		return false
 	}
-	if c := meta.FindStatusCondition(old.Status.Conditions, lullv1.ConditionActive); c != nil && c.Reason == rollout.ReasonRuntimeNotReporting {
+	if c := meta.FindStatusCondition(old.Status.Conditions, lullv1.ConditionActive); c != nil && c.Reason == lullv1.ReasonRuntimeNotReporting {
 		return false
 	}
 	return equality.Semantic.DeepEqual(decisionView(old), decisionView(cur))

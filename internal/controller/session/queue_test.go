@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/rollout"
 )
 
 // draining is a session whose runtime reports state for request
@@ -122,10 +121,10 @@ func TestReportRewriteOnly(t *testing.T) {
 		{"the spec changed", draining("1", lullv1.RuntimeDraining), rewrite(func(s *lullv1.Session) { s.Spec.Suspend = true }), false},
 		{"a report the controller judged stale is rewritten", func() *lullv1.Session {
 			s := draining("1", lullv1.RuntimeDraining)
-			s.Status.Conditions = []metav1.Condition{{Type: lullv1.ConditionActive, Status: metav1.ConditionUnknown, Reason: rollout.ReasonRuntimeNotReporting}}
+			s.Status.Conditions = []metav1.Condition{{Type: lullv1.ConditionActive, Status: metav1.ConditionUnknown, Reason: lullv1.ReasonRuntimeNotReporting}}
 			return s
 		}(), rewrite(func(s *lullv1.Session) {
-			s.Status.Conditions = []metav1.Condition{{Type: lullv1.ConditionActive, Status: metav1.ConditionUnknown, Reason: rollout.ReasonRuntimeNotReporting}}
+			s.Status.Conditions = []metav1.Condition{{Type: lullv1.ConditionActive, Status: metav1.ConditionUnknown, Reason: lullv1.ReasonRuntimeNotReporting}}
 		}), false},
 	}
 	for _, c := range cases {

@@ -21,19 +21,6 @@ import (
 	"lull.dev/lull/internal/controller/orphan"
 )
 
-// Reasons of the Events and the condition of orphan reaping.
-const (
-	// ReasonOrphanReaped: an object lull made for a session whose Session
-	// no longer exists (or was recreated) was deleted.
-	ReasonOrphanReaped = "OrphanReaped"
-	// ReasonOwnerReferenceRestored: a live session's own object had lost
-	// its owner reference; the Session is its controller again.
-	ReasonOwnerReferenceRestored = "OwnerReferenceRestored"
-	// ReasonPredecessorClaimReused: a claim a predecessor of the same name
-	// retained (WhenDeleted=Retain) is mounted by the recreated session.
-	ReasonPredecessorClaimReused = "PredecessorClaimReused"
-)
-
 // IndexSessionLabel indexes the objects lull makes for a session (and their
 // pods and claims) by the value of their lull.dev/session label, so the
 // reaper finds a name's objects without scanning the namespace.
@@ -221,9 +208,9 @@ func (r *Reconciler) reap(ctx context.Context, cur *lullv1.Session, f orphan.Fin
 	log.FromContext(ctx).Info("reaped orphan", "kind", f.Kind, "name", f.Object.GetName(), "uid", uid, "predecessor", f.Predecessor)
 	msg := fmt.Sprintf("deleted %s %s, left by %s", f.Kind, f.Object.GetName(), predecessor(f))
 	if cur != nil {
-		r.Recorder.Eventf(cur, f.Object, corev1.EventTypeNormal, ReasonOrphanReaped, "Reap", msg+"; the session starts once its predecessor's objects are gone")
+		r.Recorder.Eventf(cur, f.Object, corev1.EventTypeNormal, lullv1.ReasonOrphanReaped, "Reap", msg+"; the session starts once its predecessor's objects are gone")
 	} else {
-		r.Recorder.Eventf(f.Object, nil, corev1.EventTypeNormal, ReasonOrphanReaped, "Reap", msg+" (no Session of that name exists)")
+		r.Recorder.Eventf(f.Object, nil, corev1.EventTypeNormal, lullv1.ReasonOrphanReaped, "Reap", msg+" (no Session of that name exists)")
 	}
 	return nil
 }
@@ -241,7 +228,7 @@ func (r *Reconciler) restoreOwner(ctx context.Context, cur *lullv1.Session, f or
 		return fmt.Errorf("restore the owner reference of %s %s: %w", f.Kind, obj.GetName(), err)
 	}
 	log.FromContext(ctx).Info("restored owner reference", "kind", f.Kind, "name", obj.GetName())
-	r.Recorder.Eventf(cur, obj, corev1.EventTypeNormal, ReasonOwnerReferenceRestored, "Reap",
+	r.Recorder.Eventf(cur, obj, corev1.EventTypeNormal, lullv1.ReasonOwnerReferenceRestored, "Reap",
 		"%s %s had lost its owner reference to this session (its %s label names this session's UID); it is restored", f.Kind, obj.GetName(), lullv1.LabelSessionUID)
 	return nil
 }
@@ -301,7 +288,7 @@ func (r *Reconciler) announceReuse(key types.NamespacedName, s *lullv1.Session, 
 	if s == nil || !r.reused.first(key, s.UID, f.Object.GetUID()) {
 		return
 	}
-	r.Recorder.Eventf(s, f.Object, corev1.EventTypeNormal, ReasonPredecessorClaimReused, "Reap",
+	r.Recorder.Eventf(s, f.Object, corev1.EventTypeNormal, lullv1.ReasonPredecessorClaimReused, "Reap",
 		"PersistentVolumeClaim %s was retained by a predecessor of this name (persistentVolumeClaimRetentionPolicy.whenDeleted Retain) and is mounted again; delete it before recreating the session to start from an empty workspace", f.Object.GetName())
 }
 

@@ -100,8 +100,8 @@ func TestReusedClaimCostsNoAPIReadPerReconcile(t *testing.T) {
 	if n := liveSessionGets.Load(); n != 0 {
 		t.Errorf("3 reconciles of a session that reuses a retained claim read the Session from the API server %d times; want 0", n)
 	}
-	if got := w.eventReasons(); countOf(got, ReasonPredecessorClaimReused) != 1 {
-		t.Errorf("Events %v, want exactly one %s", got, ReasonPredecessorClaimReused)
+	if got := w.eventReasons(); countOf(got, lullv1.ReasonPredecessorClaimReused) != 1 {
+		t.Errorf("Events %v, want exactly one %s", got, lullv1.ReasonPredecessorClaimReused)
 	}
 }
 
@@ -115,8 +115,8 @@ func TestReuseAnnouncementsAreForgottenWithTheSession(t *testing.T) {
 	if _, err := w.reconcile(); err != nil {
 		t.Fatal(err)
 	}
-	if countOf(w.eventReasons(), ReasonPredecessorClaimReused) != 1 {
-		t.Fatalf("no %s Event", ReasonPredecessorClaimReused)
+	if countOf(w.eventReasons(), lullv1.ReasonPredecessorClaimReused) != 1 {
+		t.Fatalf("no %s Event", lullv1.ReasonPredecessorClaimReused)
 	}
 	if err := w.c.Delete(context.Background(), w.session()); err != nil {
 		t.Fatal(err)

@@ -118,7 +118,7 @@ func (r *Reconciler) reconcileSession(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, err
 	}
 	if len(reaped.left) > 0 && !reaped.ownStatefulSet {
-		return r.blockedWith(ctx, s, nil, rollout.ReasonPredecessorTerminating, waitMessage(reaped.left))
+		return r.blockedWith(ctx, s, nil, lullv1.ReasonPredecessorTerminating, waitMessage(reaped.left))
 	}
 
 	t := &lullv1.SessionTemplate{}
@@ -126,7 +126,7 @@ func (r *Reconciler) reconcileSession(ctx context.Context, req ctrl.Request) (ct
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, err
 		}
-		return r.blocked(ctx, s, rollout.ReasonTemplateNotFound,
+		return r.blocked(ctx, s, lullv1.ReasonTemplateNotFound,
 			fmt.Sprintf("SessionTemplate %q not found in namespace %s; create it or fix spec.templateRef.name", s.Spec.TemplateRef.Name, s.Namespace))
 	}
 
@@ -198,9 +198,9 @@ func (r *Reconciler) reconcileSession(ctx context.Context, req ctrl.Request) (ct
 		!meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionUpToDate) && s.Status.UpdateRevision != "" &&
 		s.Status.Phase != lullv1.SessionSuspended && // a resume has its own Event
 		s.Status.CurrentRevision != next.CurrentRevision // a suspension taken back before its pod went updated nothing
-	stuck := (a.Reason == rollout.ReasonPodStuckTerminating || a.Reason == rollout.ReasonDrainOverdue) && !hasConditionReason(s, lullv1.ConditionUpToDate, a.Reason)
-	notReporting := conditionReason(next.Conditions, lullv1.ConditionActive) == rollout.ReasonRuntimeNotReporting &&
-		!hasConditionReason(s, lullv1.ConditionActive, rollout.ReasonRuntimeNotReporting)
+	stuck := (a.Reason == lullv1.ReasonPodStuckTerminating || a.Reason == lullv1.ReasonDrainOverdue) && !hasConditionReason(s, lullv1.ConditionUpToDate, a.Reason)
+	notReporting := conditionReason(next.Conditions, lullv1.ConditionActive) == lullv1.ReasonRuntimeNotReporting &&
+		!hasConditionReason(s, lullv1.ConditionActive, lullv1.ReasonRuntimeNotReporting)
 	phaseBefore := s.Status.Phase
 	if err := r.writeStatus(ctx, s, next, a.Reason); apierrors.IsConflict(err) {
 		// The status was computed from a version the API server has

@@ -26,7 +26,6 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/drain"
-	"lull.dev/lull/internal/rollout"
 )
 
 var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
@@ -194,7 +193,7 @@ func TestDrainedReportCommitsThenDeletes(t *testing.T) {
 	if got := w.patches.Load(); got != 1 {
 		t.Errorf("status patches = %d, want 1 (the commit)", got)
 	}
-	if got := w.eventReasons(); len(got) != 1 || got[0] != rollout.ReasonDrained {
+	if got := w.eventReasons(); len(got) != 1 || got[0] != lullv1.ReasonDrained {
 		t.Errorf("events = %v, want [Drained]", got)
 	}
 }
@@ -314,7 +313,7 @@ func TestFailingSidecarDoesNotDeleteABusyPod(t *testing.T) {
 	if d := w.session().Status.Drain; d == nil || d.PodUID != w.podUID {
 		t.Fatalf("drain = %+v, want a request for the pod", d)
 	}
-	if got := w.eventReasons(); len(got) != 1 || got[0] != rollout.ReasonDrainRequested {
+	if got := w.eventReasons(); len(got) != 1 || got[0] != lullv1.ReasonDrainRequested {
 		t.Errorf("events = %v, want [DrainRequested] after the write", got)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/rollout"
 )
 
 // LifecycleState is the one-word lifecycle state of a session for the
@@ -28,7 +27,7 @@ func LifecycleState(s *lullv1.Session) string {
 		return "Active"
 	case "Idle":
 		return "Idle"
-	case rollout.ReasonRuntimeNotReporting:
+	case lullv1.ReasonRuntimeNotReporting:
 		return "NotReporting"
 	}
 	return "Unknown"

@@ -35,10 +35,10 @@ func TestWaveLooksAgainWhenAnUnusedAdmissionLapses(t *testing.T) {
 	// without a drain: it runs the new revision, and never issues the
 	// admitted request.
 	a := lullv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Status: lullv1.SessionStatus{PodUID: "pod-a2", TemplateRevision: rev,
-		Conditions: []metav1.Condition{ready, {Type: lullv1.ConditionUpToDate, Status: metav1.ConditionTrue, Reason: rollout.ReasonUpToDate}}}}
+		Conditions: []metav1.Condition{ready, {Type: lullv1.ConditionUpToDate, Status: metav1.ConditionTrue, Reason: lullv1.ReasonUpToDate}}}}
 	// b is stale and waits for the place.
 	b := lullv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "b"}, Status: lullv1.SessionStatus{PodUID: "pod-b", TemplateRevision: "old",
-		Conditions: []metav1.Condition{ready, {Type: lullv1.ConditionUpToDate, Status: metav1.ConditionFalse, Reason: rollout.ReasonWaitingForWave}}}}
+		Conditions: []metav1.Condition{ready, {Type: lullv1.ConditionUpToDate, Status: metav1.ConditionFalse, Reason: lullv1.ReasonWaitingForWave}}}}
 	admittedAt := now.Add(-30 * time.Second)
 	tmpl.Status.Wave = []lullv1.WaveEntry{{Session: "a", Sequence: 1, AdmittedAt: metav1.NewTime(admittedAt)}}
 

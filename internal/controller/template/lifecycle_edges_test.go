@@ -9,7 +9,6 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/rollout"
 )
 
 // The Passive convergence window is "the latest, over its stale running
@@ -33,13 +32,13 @@ func TestPassiveCompletionIsOnlyWhatThePolicyCanMeet(t *testing.T) {
 		s.Status.Lifecycle = &l
 		s.Status.Conditions = []metav1.Condition{
 			{Type: lullv1.ConditionReady, Status: metav1.ConditionTrue, Reason: "PodReady", LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))},
-			{Type: lullv1.ConditionUpToDate, Status: metav1.ConditionFalse, Reason: rollout.ReasonUpdatePending},
+			{Type: lullv1.ConditionUpToDate, Status: metav1.ConditionFalse, Reason: lullv1.ReasonUpdatePending},
 			{Type: lullv1.ConditionActive, Status: active, Reason: activeReason},
 		}
 		return s
 	}
 	busy := stale("busy", metav1.ConditionTrue, "TurnsInFlight", lullv1.LifecycleStatus{LifetimeDeadline: at(time.Hour)})
-	silent := stale("silent", metav1.ConditionUnknown, rollout.ReasonRuntimeNotReporting, lullv1.LifecycleStatus{LifetimeDeadline: at(2 * time.Hour)})
+	silent := stale("silent", metav1.ConditionUnknown, lullv1.ReasonRuntimeNotReporting, lullv1.LifecycleStatus{LifetimeDeadline: at(2 * time.Hour)})
 	idle := stale("idle", metav1.ConditionFalse, "Idle", lullv1.LifecycleStatus{IdleSince: at(-time.Minute), CullAction: lullv1.IdleSuspend,
 		CullAt: at(3 * time.Hour), LifetimeDeadline: at(4 * time.Hour)})
 

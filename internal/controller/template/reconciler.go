@@ -204,10 +204,10 @@ func setPolicyConditions(t *lullv1.SessionTemplate, st *lullv1.SessionTemplateSt
 	if by == "" {
 		by = "unknown"
 	}
-	c := metav1.Condition{Type: lullv1.ConditionBreakGlass, Status: metav1.ConditionTrue, Reason: rollout.ReasonBreakGlassActive, ObservedGeneration: t.Generation,
+	c := metav1.Condition{Type: lullv1.ConditionBreakGlass, Status: metav1.ConditionTrue, Reason: lullv1.ReasonBreakGlassActive, ObservedGeneration: t.Generation,
 		Message: fmt.Sprintf("break-glass for revision %s, requested by %s: %q; every stale session drains for at most %s, then is replaced", bg.Revision, by, bg.Reason, bg.Grace.Duration)}
 	if bg.Revision != st.Revision {
-		c.Status, c.Reason = metav1.ConditionFalse, rollout.ReasonRevisionMismatch
+		c.Status, c.Reason = metav1.ConditionFalse, lullv1.ReasonRevisionMismatch
 		c.Message = fmt.Sprintf("spec.breakGlass names revision %s, but the template's revision is %s: it applies to nothing (the update policy applies); `lull rollout force %s` names the current one", bg.Revision, st.Revision, t.Name)
 	}
 	meta.SetStatusCondition(&st.Conditions, c)
@@ -352,9 +352,9 @@ func Summarize(t *lullv1.SessionTemplate, sessions []lullv1.Session) lullv1.Sess
 		}
 		st.Stale++
 		switch {
-		case c != nil && c.Reason == rollout.ReasonWaitingForWave:
+		case c != nil && c.Reason == lullv1.ReasonWaitingForWave:
 			st.Waiting++
-		case c != nil && c.Reason == rollout.ReasonUpdatePending:
+		case c != nil && c.Reason == lullv1.ReasonUpdatePending:
 			st.UpdatePending++
 		}
 		if c != nil && rollout.Blocked(c.Reason) {

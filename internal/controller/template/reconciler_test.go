@@ -1,17 +1,17 @@
 package template
 
 import (
-	corev1 "k8s.io/api/core/v1"
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/controller/session"
-	"lull.dev/lull/internal/rollout"
 )
 
 func TestSummarize(t *testing.T) {
@@ -71,13 +71,13 @@ func TestSummarizeNamesBlockedSessions(t *testing.T) {
 		return lullv1.Session{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: lullv1.SessionStatus{TemplateRevision: rev,
 			Conditions: []metav1.Condition{{Type: lullv1.ConditionUpToDate, Status: status, Reason: reason}}}}
 	}
-	stuck := sess("carol", metav1.ConditionFalse, rollout.ReasonPodStuckTerminating)
-	st := Summarize(tmpl, []lullv1.Session{sess("alice", metav1.ConditionTrue, rollout.ReasonUpToDate), sess("bob", metav1.ConditionFalse, rollout.ReasonDraining), stuck})
+	stuck := sess("carol", metav1.ConditionFalse, lullv1.ReasonPodStuckTerminating)
+	st := Summarize(tmpl, []lullv1.Session{sess("alice", metav1.ConditionTrue, lullv1.ReasonUpToDate), sess("bob", metav1.ConditionFalse, lullv1.ReasonDraining), stuck})
 	c := meta.FindStatusCondition(st.Conditions, lullv1.ConditionRolledOut)
 	if c == nil || c.Reason != "RollingOut" || !strings.Contains(c.Message, "carol (PodStuckTerminating)") {
 		t.Errorf("RolledOut = %+v, want RollingOut naming carol", c)
 	}
-	st = Summarize(tmpl, []lullv1.Session{sess("alice", metav1.ConditionTrue, rollout.ReasonUpToDate), stuck})
+	st = Summarize(tmpl, []lullv1.Session{sess("alice", metav1.ConditionTrue, lullv1.ReasonUpToDate), stuck})
 	if c := meta.FindStatusCondition(st.Conditions, lullv1.ConditionRolledOut); c == nil || c.Reason != "Blocked" {
 		t.Errorf("RolledOut = %+v, want Blocked", c)
 	}
