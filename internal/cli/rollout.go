@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"lull.dev/lull/internal/render"
+
 	"github.com/spf13/cobra"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/controller/session"
 )
 
 func init() { subcommands = append(subcommands, newRolloutCommand) }
@@ -91,7 +92,7 @@ when. Use it for security-critical updates.`,
 			}
 			// The revision of the spec as it is now, which the status may
 			// not show yet right after the fix was applied.
-			rev := session.TemplateRevision(t)
+			rev := render.TemplateRevision(t)
 			now := metav1.NewTime(time.Now().Truncate(time.Second))
 			bg := lullv1.BreakGlass{Revision: rev, Reason: reason, Grace: metav1.Duration{Duration: grace},
 				RequestedBy: whoAmI(cmd.Context(), c), RequestedAt: &now}
@@ -133,7 +134,7 @@ spec.updatePolicy.paused, resumes when that is set to false.)`,
 			}
 			rev := t.Status.PausedRevision
 			if rev == "" {
-				rev = session.TemplateRevision(t)
+				rev = render.TemplateRevision(t)
 			}
 			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, lullv1.AnnotationResumeRollout, rev)
 			if err := c.Patch(cmd.Context(), t, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner(cliFieldManager())); err != nil {

@@ -3,6 +3,8 @@ package manager
 import (
 	"time"
 
+	"lull.dev/lull/internal/render"
+
 	appsv1 "k8s.io/api/apps/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -46,7 +48,7 @@ func TestStripForCache(t *testing.T) {
 func filesConfigMap(content string) corev1.ConfigMap {
 	cm := corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", UID: types.UID("uid-" + content), ResourceVersion: "1"},
 		Data: map[string]string{"f": content}}
-	h := session.ConfigMapFilesHash(&cm)
+	h := render.ConfigMapFilesHash(&cm)
 	cm.Name = "t-files-" + h
 	cm.Labels = map[string]string{lullv1.LabelTemplate: "t", lullv1.LabelFiles: h}
 	return cm

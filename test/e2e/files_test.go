@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"lull.dev/lull/internal/render"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -19,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	lullsession "lull.dev/lull/internal/controller/session"
 )
 
 // A template's spec.files reach the runtime under lull dev; new content is
@@ -36,7 +37,7 @@ func TestFilesRollout(t *testing.T) {
 	if err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "rt"}, tmpl); err != nil {
 		t.Fatal(err)
 	}
-	first := lullsession.FilesConfigMapName(tmpl)
+	first := render.FilesConfigMapName(tmpl)
 	tmpl.Spec.Files = withFiles("model: small\n")
 	if err := c.Update(context.Background(), tmpl); err != nil {
 		t.Fatal(err)
@@ -120,7 +121,7 @@ func TestFilesQuotaReportedAndRecovered(t *testing.T) {
 	tmpl := &lullv1.SessionTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rt"}}
 	busyBefore := finishedTurns(t, uid)
 	edit(t, tmpl, func(tmpl *lullv1.SessionTemplate) { tmpl.Spec.Files = withFiles("model: small\n") })
-	second := lullsession.FilesConfigMapName(tmpl)
+	second := render.FilesConfigMapName(tmpl)
 	eventually(t, 20*time.Second, "the template says FilesRefused naming the quota", func() error {
 		got := &lullv1.SessionTemplate{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(tmpl), got); err != nil {

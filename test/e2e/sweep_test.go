@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"lull.dev/lull/internal/render"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,7 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	lullsession "lull.dev/lull/internal/controller/session"
 	"lull.dev/lull/internal/scenario"
 )
 
@@ -82,7 +83,7 @@ func TestFilesSweptOnlyWhenUnneeded(t *testing.T) {
 	if err := c.Get(ctx, key, tmpl); err != nil {
 		t.Fatal(err)
 	}
-	current := lullsession.FilesConfigMapName(tmpl)
+	current := render.FilesConfigMapName(tmpl)
 	eventually(t, 30*time.Second, "only the current files ConfigMap is left", func() error {
 		var cms corev1.ConfigMapList
 		if err := c.List(ctx, &cms, client.InNamespace(ns), client.HasLabels{lullv1.LabelFiles}); err != nil {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"lull.dev/lull/internal/render"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -135,11 +137,11 @@ func TestController(t *testing.T) {
 		}
 
 		role := objs[1].obj.(*rbacv1.Role)
-		if want := session.Role(s).Rules; !equality.Semantic.DeepEqual(role.Rules, want) {
+		if want := render.Role(s).Rules; !equality.Semantic.DeepEqual(role.Rules, want) {
 			t.Errorf("Role rules = %+v, want %+v", role.Rules, want)
 		}
 		rb := objs[2].obj.(*rbacv1.RoleBinding)
-		if want := session.RoleBinding(s); !equality.Semantic.DeepEqual(rb.Subjects, want.Subjects) || rb.RoleRef != want.RoleRef {
+		if want := render.RoleBinding(s); !equality.Semantic.DeepEqual(rb.Subjects, want.Subjects) || rb.RoleRef != want.RoleRef {
 			t.Errorf("RoleBinding = %+v / %+v, want %+v / %+v", rb.Subjects, rb.RoleRef, want.Subjects, want.RoleRef)
 		}
 		svc := objs[3].obj.(*corev1.Service)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"lull.dev/lull/internal/render"
+
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -20,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/controller/session"
 )
 
 // TestFilesQuota fills the namespace's ResourceQuota count/configmaps and
@@ -46,7 +47,7 @@ func TestFilesQuota(t *testing.T) {
 	if err := admin.Create(ctx, running); err != nil {
 		t.Fatal(err)
 	}
-	first := session.FilesConfigMapName(tpl)
+	first := render.FilesConfigMapName(tpl)
 	sts := &appsv1.StatefulSet{}
 	eventually(t, 15*time.Second, "the StatefulSet mounts the first files", func(ctx context.Context) error {
 		if err := filesReadyIs(ctx, ns, tpl.Name, metav1.ConditionTrue, lullv1.ReasonFilesCreated, first); err != nil {
@@ -69,7 +70,7 @@ func TestFilesQuota(t *testing.T) {
 	if err := admin.Update(ctx, tpl); err != nil {
 		t.Fatal(err)
 	}
-	second := session.FilesConfigMapName(tpl)
+	second := render.FilesConfigMapName(tpl)
 	eventually(t, 15*time.Second, "FilesReady=False FilesRefused naming the quota", func(ctx context.Context) error {
 		return filesReadyIs(ctx, ns, tpl.Name, metav1.ConditionFalse, lullv1.ReasonFilesRefused, second, "exceeded quota: "+quota.Name, "count/configmaps")
 	})
@@ -267,7 +268,7 @@ func TestFilesAdmissionDenied(t *testing.T) {
 	if err := admin.Create(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	cm := session.FilesConfigMapName(tpl)
+	cm := render.FilesConfigMapName(tpl)
 	eventually(t, 15*time.Second, "FilesReady=False FilesRefused quoting the policy", func(ctx context.Context) error {
 		return filesReadyIs(ctx, ns, tpl.Name, metav1.ConditionFalse, lullv1.ReasonFilesRefused, cm, message, policy.Name)
 	})

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"lull.dev/lull/internal/render"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/controller/session"
 )
 
 // TestFilesValidation checks that the API server refuses bad spec.files
@@ -96,7 +97,7 @@ func TestFilesConfigMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := types.NamespacedName{Namespace: ns, Name: s.Name}
-	first := session.FilesConfigMapName(tpl)
+	first := render.FilesConfigMapName(tpl)
 
 	sts := &appsv1.StatefulSet{}
 	eventually(t, 10*time.Second, "the StatefulSet mounts the files", func(ctx context.Context) error {
@@ -132,7 +133,7 @@ func TestFilesConfigMap(t *testing.T) {
 		if err := admin.Update(ctx, tpl); err != nil {
 			t.Fatal(err)
 		}
-		second := session.FilesConfigMapName(tpl)
+		second := render.FilesConfigMapName(tpl)
 		if second == first {
 			t.Fatal("new content kept the ConfigMap name")
 		}
@@ -157,7 +158,7 @@ func TestFilesConfigMap(t *testing.T) {
 		before := sts.DeepCopy()
 		tpl.Spec.Files.Items[0].Content = ptr.To("model: squatted\n")
 		squatter := &corev1.ConfigMap{}
-		squatter.Namespace, squatter.Name = ns, session.FilesConfigMapName(tpl)
+		squatter.Namespace, squatter.Name = ns, render.FilesConfigMapName(tpl)
 		squatter.Data = map[string]string{"config.yaml": "model: evil\n"}
 		if err := admin.Create(ctx, squatter); err != nil {
 			t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"lull.dev/lull/internal/render"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,7 +24,6 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/controller/filesweep"
-	"lull.dev/lull/internal/controller/session"
 )
 
 // filesTemplate is a template named name whose one file holds content.
@@ -36,7 +37,7 @@ func filesTemplate(ns, name, content string) *lullv1.SessionTemplate {
 // template name at content, edited by edit, and returns it.
 func createFiles(t *testing.T, ns, name, content string, edit func(*corev1.ConfigMap)) *corev1.ConfigMap {
 	t.Helper()
-	cm, err := session.FilesConfigMap(filesTemplate(ns, name, content))
+	cm, err := render.FilesConfigMap(filesTemplate(ns, name, content))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +276,7 @@ func TestFilesMarkedReferenced(t *testing.T) {
 			return nil
 		})
 	}
-	marked(session.FilesConfigMapName(tpl))
+	marked(render.FilesConfigMapName(tpl))
 	if err := admin.Get(ctx, client.ObjectKeyFromObject(tpl), tpl); err != nil {
 		t.Fatal(err)
 	}
@@ -283,5 +284,5 @@ func TestFilesMarkedReferenced(t *testing.T) {
 	if err := admin.Update(ctx, tpl); err != nil {
 		t.Fatal(err)
 	}
-	marked(session.FilesConfigMapName(tpl))
+	marked(render.FilesConfigMapName(tpl))
 }

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"lull.dev/lull/internal/render"
+
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,7 +38,6 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/config"
-	"lull.dev/lull/internal/controller/session"
 	"lull.dev/lull/internal/devcluster"
 	"lull.dev/lull/internal/install"
 	"lull.dev/lull/internal/manager"
@@ -187,7 +188,7 @@ func newTemplate(ns, name, image string) *lullv1.SessionTemplate {
 // and RoleBinding exactly as the session controller renders them.
 func createIdentity(t *testing.T, s *lullv1.Session) {
 	t.Helper()
-	for _, o := range []client.Object{session.ServiceAccount(s), session.Role(s), session.RoleBinding(s)} {
+	for _, o := range []client.Object{render.ServiceAccount(s), render.Role(s), render.RoleBinding(s)} {
 		if err := admin.Create(t.Context(), o); err != nil {
 			t.Fatalf("create %T %s: %v", o, o.GetName(), err)
 		}

@@ -10,12 +10,13 @@ import (
 	"slices"
 	"time"
 
+	"lull.dev/lull/internal/render"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/controller/session"
 )
 
 // Reason is why the sweeper keeps a ConfigMap; the value of the reason
@@ -133,7 +134,7 @@ func (p Plan) Kept() map[Reason]int {
 func Decide(o Observed) Plan {
 	current := map[string]bool{}
 	for i := range o.Templates {
-		if n := session.FilesConfigMapName(&o.Templates[i]); n != "" {
+		if n := render.FilesConfigMapName(&o.Templates[i]); n != "" {
 			current[n] = true
 		}
 	}
@@ -191,7 +192,7 @@ func ours(cm *corev1.ConfigMap) bool {
 	hash, okF := cm.Labels[lullv1.LabelFiles]
 	return okT && okF && tpl != "" && hash != "" &&
 		cm.Name == tpl+"-files-"+hash &&
-		session.ConfigMapFilesHash(cm) == hash
+		render.ConfigMapFilesHash(cm) == hash
 }
 
 // podSpecNames adds to names every ConfigMap spec names: configMap volumes,

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"lull.dev/lull/internal/render"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -11,7 +13,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/controller/session"
 )
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -30,7 +31,7 @@ func template(name, content string) lullv1.SessionTemplate {
 // filesOf is the ConfigMap lull writes for the template, with a UID and
 // resourceVersion as the API server gives them.
 func filesOf(t lullv1.SessionTemplate) corev1.ConfigMap {
-	cm, err := session.FilesConfigMap(&t)
+	cm, err := render.FilesConfigMap(&t)
 	if err != nil {
 		panic(err)
 	}

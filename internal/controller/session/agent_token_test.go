@@ -3,6 +3,8 @@ package session
 import (
 	"testing"
 
+	"lull.dev/lull/internal/render"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
@@ -103,7 +105,7 @@ func TestAgentTokenStaysWithTheSidecar(t *testing.T) {
 			tmpl := agentTemplate()
 			tmpl.Spec.Agent = &lullv1.AgentSpec{}
 			tc.edit(tmpl)
-			sts, err := StatefulSet(aliceOf(tmpl), tmpl, 1)
+			sts, err := render.StatefulSet(aliceOf(tmpl), tmpl, 1)
 			if err != nil {
 				return // refused at render: RenderFailed, nothing running touched
 			}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"lull.dev/lull/internal/render"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -67,7 +69,7 @@ func recreateWithClaims(t *testing.T, claims ...corev1.PersistentVolumeClaim) {
 	if err := w.c.Get(ctx, w.key, sts); err != nil {
 		t.Fatal(err)
 	}
-	first, err := StatefulSet(w.session(), tmpl, 1)
+	first, err := render.StatefulSet(w.session(), tmpl, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"lull.dev/lull/internal/render"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -90,7 +92,7 @@ func ensureWith[T client.Object](ctx context.Context, c client.Client, live clie
 		return errNotOwned{kind: kind, name: existing.GetName()}
 	}
 	upToDate := func() bool {
-		return existing.GetAnnotations()[AnnotationSpecHash] == desired.GetAnnotations()[AnnotationSpecHash] && hasLabels(existing, desired.GetLabels())
+		return existing.GetAnnotations()[render.AnnotationSpecHash] == desired.GetAnnotations()[render.AnnotationSpecHash] && hasLabels(existing, desired.GetLabels())
 	}
 	if upToDate() {
 		return nil
@@ -146,13 +148,13 @@ func merge(dst, src map[string]string) map[string]string {
 
 // ensureIdentity makes the runtime's ServiceAccount, Role and RoleBinding.
 func ensureIdentity(ctx context.Context, c client.Client, live client.Reader, s *lullv1.Session) error {
-	if err := ensure(ctx, c, live, s, ServiceAccount(s), &corev1.ServiceAccount{}, "ServiceAccount", func(dst, src *corev1.ServiceAccount) {}); err != nil {
+	if err := ensure(ctx, c, live, s, render.ServiceAccount(s), &corev1.ServiceAccount{}, "ServiceAccount", func(dst, src *corev1.ServiceAccount) {}); err != nil {
 		return err
 	}
-	if err := ensure(ctx, c, live, s, Role(s), &rbacv1.Role{}, "Role", func(dst, src *rbacv1.Role) { dst.Rules = src.Rules }); err != nil {
+	if err := ensure(ctx, c, live, s, render.Role(s), &rbacv1.Role{}, "Role", func(dst, src *rbacv1.Role) { dst.Rules = src.Rules }); err != nil {
 		return err
 	}
-	return ensure(ctx, c, live, s, RoleBinding(s), &rbacv1.RoleBinding{}, "RoleBinding", func(dst, src *rbacv1.RoleBinding) {
+	return ensure(ctx, c, live, s, render.RoleBinding(s), &rbacv1.RoleBinding{}, "RoleBinding", func(dst, src *rbacv1.RoleBinding) {
 		dst.Subjects = src.Subjects
 		dst.RoleRef = src.RoleRef
 	})
@@ -160,7 +162,7 @@ func ensureIdentity(ctx context.Context, c client.Client, live client.Reader, s 
 
 // ensureService makes the session's headless Service.
 func ensureService(ctx context.Context, c client.Client, live client.Reader, s *lullv1.Session, t *lullv1.SessionTemplate) error {
-	return ensure(ctx, c, live, s, Service(s, t), &corev1.Service{}, "Service", func(dst, src *corev1.Service) {
+	return ensure(ctx, c, live, s, render.Service(s, t), &corev1.Service{}, "Service", func(dst, src *corev1.Service) {
 		dst.Spec.Ports = src.Spec.Ports
 		dst.Spec.Selector = src.Spec.Selector
 		dst.Spec.PublishNotReadyAddresses = src.Spec.PublishNotReadyAddresses
@@ -171,7 +173,7 @@ func ensureService(ctx context.Context, c client.Client, live client.Reader, s *
 // current runtime at once: the StatefulSet controller then publishes the new
 // update revision, and the rollout decides when the pod moves to it.
 func ensureStatefulSet(ctx context.Context, c client.Client, live client.Reader, s *lullv1.Session, t *lullv1.SessionTemplate, replicas int32, now time.Time) (*appsv1.StatefulSet, error) {
-	desired, err := StatefulSet(s, t, replicas)
+	desired, err := render.StatefulSet(s, t, replicas)
 	if err != nil {
 		return nil, errInvalidTemplate{err}
 	}
@@ -205,12 +207,12 @@ func ensureStatefulSet(ctx context.Context, c client.Client, live client.Reader,
 // mounting one of them the StatefulSet API refuses less clearly.
 //
 // The StatefulSet records the hash of its claim templates as rendered
-// (AnnotationClaimTemplatesHash), which tells a changed size or class too;
+// (render.AnnotationClaimTemplatesHash), which tells a changed size or class too;
 // one created before lull recorded it is compared by claim names.
 func sameClaims(existing, desired *appsv1.StatefulSet) error {
 	have, want := claimNames(existing), claimNames(desired)
-	if h, ok := existing.Annotations[AnnotationClaimTemplatesHash]; ok {
-		if h == desired.Annotations[AnnotationClaimTemplatesHash] {
+	if h, ok := existing.Annotations[render.AnnotationClaimTemplatesHash]; ok {
+		if h == desired.Annotations[render.AnnotationClaimTemplatesHash] {
 			return nil
 		}
 	} else if slices.Equal(have, want) {

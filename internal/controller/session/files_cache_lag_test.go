@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"lull.dev/lull/internal/render"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,18 +50,18 @@ func TestStatefulSetNamesCurrentFilesWhenTheCacheLagsOwnWrite(t *testing.T) {
 	tB := filesTemplate(text("config.yaml", "b"))
 	tA2 := filesTemplate(text("config.yaml", "a"))
 	tA2.Spec.Template.Spec.Containers[0].Image = "example.com/agent:3"
-	render := func(tmpl *lullv1.SessionTemplate) *appsv1.StatefulSet {
+	renderSet := func(tmpl *lullv1.SessionTemplate) *appsv1.StatefulSet {
 		t.Helper()
-		sts, err := StatefulSet(s, tmpl, 1)
+		sts, err := render.StatefulSet(s, tmpl, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return owned(sts)
 	}
-	cmA, _ := FilesConfigMap(tA)
-	cmB, _ := FilesConfigMap(tB)
-	stale := render(tA) // what the cache shows
-	live := render(tB)  // what the API server holds: this controller's last write
+	cmA, _ := render.FilesConfigMap(tA)
+	cmB, _ := render.FilesConfigMap(tB)
+	stale := renderSet(tA) // what the cache shows
+	live := renderSet(tB)  // what the API server holds: this controller's last write
 	live.ResourceVersion = ""
 
 	var readLive atomic.Bool
@@ -94,7 +96,7 @@ func TestStatefulSetNamesCurrentFilesWhenTheCacheLagsOwnWrite(t *testing.T) {
 	}
 	if name := filesConfigMapOf(got); name != cmA.Name {
 		t.Errorf("the StatefulSet names %s after the write, want %s (template's files): its pod would boot with files the template no longer has, "+
-			"and its spec-hash %s says it is up to date", name, cmA.Name, got.Annotations[AnnotationSpecHash])
+			"and its spec-hash %s says it is up to date", name, cmA.Name, got.Annotations[render.AnnotationSpecHash])
 	}
 	after := &corev1.ConfigMap{}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(cmA), after); err != nil {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"lull.dev/lull/internal/render"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -34,7 +36,7 @@ func filesTemplate(items ...lullv1.FileItem) *lullv1.SessionTemplate {
 }
 
 func filesHash(items ...lullv1.FileItem) string {
-	return FilesHash(&lullv1.Files{MountPath: "/x", Items: items})
+	return render.FilesHash(&lullv1.Files{MountPath: "/x", Items: items})
 }
 
 func TestFilesHashIsAContentAddress(t *testing.T) {
@@ -72,18 +74,18 @@ func TestFilesHashIsAContentAddress(t *testing.T) {
 		seen[h] = name
 	}
 	// The mount path is the pod's, not the ConfigMap's.
-	if FilesHash(&lullv1.Files{MountPath: "/a", Items: []lullv1.FileItem{text("a", "b")}}) != FilesHash(&lullv1.Files{MountPath: "/b", Items: []lullv1.FileItem{text("a", "b")}}) {
+	if render.FilesHash(&lullv1.Files{MountPath: "/a", Items: []lullv1.FileItem{text("a", "b")}}) != render.FilesHash(&lullv1.Files{MountPath: "/b", Items: []lullv1.FileItem{text("a", "b")}}) {
 		t.Error("the mount path changed the content address")
 	}
 }
 
 func TestFilesConfigMap(t *testing.T) {
 	tmpl := filesTemplate(text("config.yaml", "model: big\n"), bin("key.der", []byte{0xff, 0x00, 0xfe}))
-	cm, err := FilesConfigMap(tmpl)
+	cm, err := render.FilesConfigMap(tmpl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := FilesHash(tmpl.Spec.Files)
+	h := render.FilesHash(tmpl.Spec.Files)
 	if cm.Name != "coder-files-"+h || cm.Namespace != "agents" {
 		t.Errorf("ConfigMap %s/%s, want agents/coder-files-%s", cm.Namespace, cm.Name, h)
 	}
@@ -101,33 +103,33 @@ func TestFilesConfigMap(t *testing.T) {
 	}
 	// The longest template name still gives a valid ConfigMap name.
 	tmpl.Name = strings.Repeat("t", 63)
-	if n := FilesConfigMapName(tmpl); len(n) != 63+len("-files-")+12 || len(n) > 253 {
+	if n := render.FilesConfigMapName(tmpl); len(n) != 63+len("-files-")+12 || len(n) > 253 {
 		t.Errorf("name %q", n)
 	}
 
-	if cm, err := FilesConfigMap(agentTemplate()); cm != nil || err != nil {
+	if cm, err := render.FilesConfigMap(agentTemplate()); cm != nil || err != nil {
 		t.Errorf("a template without files gave %v, %v", cm, err)
 	}
 	big := filesTemplate(text("a", strings.Repeat("é", lullv1.FilesMaxBytes/2+1))) // under the limit in characters, over it in bytes
-	if _, err := FilesConfigMap(big); err == nil || !strings.Contains(err.Error(), "spec.files.items") {
+	if _, err := render.FilesConfigMap(big); err == nil || !strings.Contains(err.Error(), "spec.files.items") {
 		t.Errorf("files over %d bytes: err %v", lullv1.FilesMaxBytes, err)
 	}
 	both := filesTemplate(lullv1.FileItem{Name: "a", Content: ptr.To("x"), BinaryContent: []byte("x")})
-	if _, err := FilesConfigMap(both); err == nil {
+	if _, err := render.FilesConfigMap(both); err == nil {
 		t.Error("an item with both content and binaryContent was accepted")
 	}
 }
 
 func TestPodMountsTheFiles(t *testing.T) {
 	tmpl := filesTemplate(text("config.yaml", "a"))
-	pod := Pod(aliceOf(tmpl), tmpl)
+	pod := render.Pod(aliceOf(tmpl), tmpl)
 	var vol *corev1.Volume
 	for i := range pod.Spec.Volumes {
 		if pod.Spec.Volumes[i].Name == lullv1.FilesVolume {
 			vol = &pod.Spec.Volumes[i]
 		}
 	}
-	if vol == nil || vol.ConfigMap == nil || vol.ConfigMap.Name != FilesConfigMapName(tmpl) {
+	if vol == nil || vol.ConfigMap == nil || vol.ConfigMap.Name != render.FilesConfigMapName(tmpl) {
 		t.Fatalf("volume %s: %+v", lullv1.FilesVolume, vol)
 	}
 	for _, c := range append(pod.Spec.InitContainers, pod.Spec.Containers...) {
@@ -146,20 +148,20 @@ func TestPodMountsTheFiles(t *testing.T) {
 
 	// New content is a new revision and a new ConfigMap; the order of the
 	// items and an unchanged template are not.
-	rev, name := TemplateRevision(tmpl), FilesConfigMapName(tmpl)
+	rev, name := render.TemplateRevision(tmpl), render.FilesConfigMapName(tmpl)
 	changed := filesTemplate(text("config.yaml", "b"))
-	if TemplateRevision(changed) == rev || FilesConfigMapName(changed) == name {
+	if render.TemplateRevision(changed) == rev || render.FilesConfigMapName(changed) == name {
 		t.Error("new file content kept the revision or the ConfigMap name")
 	}
 	moved := filesTemplate(text("config.yaml", "a"))
 	moved.Spec.Files.MountPath = "/etc/other"
-	if TemplateRevision(moved) == rev {
+	if render.TemplateRevision(moved) == rev {
 		t.Error("a new mount path kept the revision")
 	}
-	if TemplateRevision(filesTemplate(text("config.yaml", "a"))) != rev {
+	if render.TemplateRevision(filesTemplate(text("config.yaml", "a"))) != rev {
 		t.Error("the same files gave another revision")
 	}
-	if TemplateRevision(agentTemplate()) == rev {
+	if render.TemplateRevision(agentTemplate()) == rev {
 		t.Error("adding files kept the revision")
 	}
 }
@@ -168,7 +170,7 @@ func TestValidateRefusesAMountAtTheFilesPath(t *testing.T) {
 	tmpl := filesTemplate(text("a", "b"))
 	rt := tmpl.RuntimeContainer()
 	rt.VolumeMounts = append(rt.VolumeMounts, corev1.VolumeMount{Name: "workspace", MountPath: "/etc/runtime/"})
-	errs := Validate(tmpl)
+	errs := render.Validate(tmpl)
 	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "spec.files") {
 		t.Errorf("errors %v: want one naming spec.files", errs)
 	}
@@ -186,7 +188,7 @@ func filesClient(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) c
 func TestCreateFiles(t *testing.T) {
 	ctx := context.Background()
 	tmpl := filesTemplate(text("config.yaml", "a"), bin("b", []byte{1}))
-	want, err := FilesConfigMap(tmpl)
+	want, err := render.FilesConfigMap(tmpl)
 	if err != nil {
 		t.Fatal(err)
 	}

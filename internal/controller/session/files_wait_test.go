@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"lull.dev/lull/internal/render"
+
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,7 +55,7 @@ func TestSessionWaitsForTheTemplatesFiles(t *testing.T) {
 	s := w.session()
 	up := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionUpToDate)
 	if up == nil || up.Status != metav1.ConditionUnknown || up.Reason != lullv1.ReasonFilesNotReady ||
-		!strings.Contains(up.Message, FilesConfigMapName(tmpl)) || !strings.Contains(up.Message, lullv1.ConditionFilesReady) {
+		!strings.Contains(up.Message, render.FilesConfigMapName(tmpl)) || !strings.Contains(up.Message, lullv1.ConditionFilesReady) {
 		t.Errorf("UpToDate = %+v; want Unknown FilesNotReady naming the ConfigMap and the template's FilesReady", up)
 	}
 	if ready := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionReady); ready != nil && ready.Reason == lullv1.ReasonFilesNotReady ||
@@ -74,7 +76,7 @@ func TestSessionWaitsForTheTemplatesFiles(t *testing.T) {
 		t.Errorf("StatefulSet generation %d -> %d, files volume %q: it must not be touched", before.Generation, sts.Generation, filesVolumeOf(sts))
 	}
 
-	desired, err := FilesConfigMap(tmpl)
+	desired, err := render.FilesConfigMap(tmpl)
 	if err != nil {
 		t.Fatal(err)
 	}

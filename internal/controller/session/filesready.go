@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"maps"
 
+	"lull.dev/lull/internal/render"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -103,7 +105,7 @@ func (e errFilesNotReady) Error() string {
 // not (the template controller creates it, or reports why it cannot);
 // errInvalidTemplate when spec.files fails the controller's own checks.
 func filesReady(ctx context.Context, c, live client.Reader, t *lullv1.SessionTemplate) error {
-	desired, err := FilesConfigMap(t)
+	desired, err := render.FilesConfigMap(t)
 	if err != nil {
 		return errInvalidTemplate{err}
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"lull.dev/lull/internal/render"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,20 +23,20 @@ func TestConfigMapFilesHashIsFilesHash(t *testing.T) {
 		{text("ab", "c")},
 	} {
 		tmpl := filesTemplate(items...)
-		cm, err := FilesConfigMap(tmpl)
+		cm, err := render.FilesConfigMap(tmpl)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, want := ConfigMapFilesHash(cm), FilesHash(tmpl.Spec.Files); got != want {
+		if got, want := render.ConfigMapFilesHash(cm), render.FilesHash(tmpl.Spec.Files); got != want {
 			t.Errorf("%v: the ConfigMap hashes to %s, the template's files to %s", items, got, want)
 		}
 	}
 	// Text and binary of the same bytes differ, in the ConfigMap as in the
 	// template.
-	cm, _ := FilesConfigMap(filesTemplate(text("a", "x")))
+	cm, _ := render.FilesConfigMap(filesTemplate(text("a", "x")))
 	cm.BinaryData = map[string][]byte{"a": []byte("x")}
 	cm.Data = nil
-	if ConfigMapFilesHash(cm) == FilesHash(filesTemplate(text("a", "x")).Spec.Files) {
+	if render.ConfigMapFilesHash(cm) == render.FilesHash(filesTemplate(text("a", "x")).Spec.Files) {
 		t.Error("binaryData hashed as data")
 	}
 }
@@ -46,11 +48,11 @@ func TestTouchFiles(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	tmpl := filesTemplate(text("config.yaml", "a"))
-	cm, err := FilesConfigMap(tmpl)
+	cm, err := render.FilesConfigMap(tmpl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	desired, err := StatefulSet(&lullv1.Session{}, tmpl, 1)
+	desired, err := render.StatefulSet(&lullv1.Session{}, tmpl, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +123,7 @@ func TestTouchFiles(t *testing.T) {
 	})
 	t.Run("no files: nothing written", func(t *testing.T) {
 		c := filesClient(t, interceptor.Funcs{})
-		plain, err := StatefulSet(&lullv1.Session{}, agentTemplate(), 1)
+		plain, err := render.StatefulSet(&lullv1.Session{}, agentTemplate(), 1)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"time"
 
+	"lull.dev/lull/internal/render"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -137,7 +139,7 @@ func (r *Reconciler) reconcileSession(ctx context.Context, req ctrl.Request) (ct
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	o := rollout.Observed{Now: r.now(), Session: s, Policy: rollout.EffectivePolicy(t, TemplateRevision(t)), Pod: pod, Admitted: rollout.Admitted(t.Status.Wave, s),
+	o := rollout.Observed{Now: r.now(), Session: s, Policy: rollout.EffectivePolicy(t, render.TemplateRevision(t)), Pod: pod, Admitted: rollout.Admitted(t.Status.Wave, s),
 		Lifecycle: lifecycle.PolicyFor(t, s), ReportWrittenAt: ReportWrittenAt(s)}
 	if o.PendingClaims, err = pendingClaims(ctx, r.reader(), s, t, pod); err != nil {
 		return ctrl.Result{}, err

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"lull.dev/lull/internal/render"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -59,7 +61,7 @@ func newWorld(t *testing.T, funcs interceptor.Funcs, edit func(s *lullv1.Session
 		Status: lullv1.SessionTemplateStatus{Wave: []lullv1.WaveEntry{{Session: "alice", Sequence: 1}}}}
 	s := &lullv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice", UID: "session-uid"},
 		Spec: lullv1.SessionSpec{TemplateRef: lullv1.TemplateReference{Name: "agent"}}}
-	sts, err := StatefulSet(s, tmpl, 1)
+	sts, err := render.StatefulSet(s, tmpl, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

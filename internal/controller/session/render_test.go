@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"lull.dev/lull/internal/render"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -81,13 +83,13 @@ func aliceOf(t *lullv1.SessionTemplate) *lullv1.Session {
 func TestPodPassesTheTemplateThrough(t *testing.T) {
 	tmpl := agentTemplate()
 	before := tmpl.DeepCopy()
-	pod := Pod(aliceOf(tmpl), tmpl)
+	pod := render.Pod(aliceOf(tmpl), tmpl)
 	if !reflect.DeepEqual(tmpl, before) {
 		t.Fatal("Pod changed the SessionTemplate it rendered")
 	}
 
 	// What lull owns.
-	for k, v := range map[string]string{lullv1.LabelSession: "alice", lullv1.LabelTemplate: "coder", lullv1.LabelTemplateRevision: TemplateRevision(tmpl), "app.kubernetes.io/name": "coder"} {
+	for k, v := range map[string]string{lullv1.LabelSession: "alice", lullv1.LabelTemplate: "coder", lullv1.LabelTemplateRevision: render.TemplateRevision(tmpl), "app.kubernetes.io/name": "coder"} {
 		if pod.Labels[k] != v {
 			t.Errorf("label %s = %q, want %q", k, pod.Labels[k], v)
 		}
@@ -121,7 +123,7 @@ func TestPodPassesTheTemplateThrough(t *testing.T) {
 
 	// A template that says enableServiceLinks keeps it.
 	tmpl.Spec.Template.Spec.EnableServiceLinks = ptr.To(true)
-	if pod := Pod(aliceOf(tmpl), tmpl); !ptr.Deref(pod.Spec.EnableServiceLinks, false) {
+	if pod := render.Pod(aliceOf(tmpl), tmpl); !ptr.Deref(pod.Spec.EnableServiceLinks, false) {
 		t.Error("the template's enableServiceLinks: true was overridden")
 	}
 }
@@ -133,7 +135,7 @@ func TestPodPassesTheTemplateThrough(t *testing.T) {
 func TestPodWithAgentGivesTheTokenOnlyToTheSidecar(t *testing.T) {
 	tmpl := agentTemplate()
 	tmpl.Spec.Agent = &lullv1.AgentSpec{}
-	pod := Pod(aliceOf(tmpl), tmpl)
+	pod := render.Pod(aliceOf(tmpl), tmpl)
 	if ptr.Deref(pod.Spec.AutomountServiceAccountToken, true) {
 		t.Error("automountServiceAccountToken is not false with the agent sidecar")
 	}
@@ -200,7 +202,7 @@ func TestStatefulSetGolden(t *testing.T) {
 				tmpl.Spec.Files = &lullv1.Files{MountPath: "/etc/runtime", Items: []lullv1.FileItem{
 					{Name: "config.yaml", Content: ptr.To("model: big\n")}, {Name: "key.der", BinaryContent: []byte{0xff, 0, 0xfe}}}}
 			}
-			sts, err := StatefulSet(aliceOf(tmpl), tmpl, 1)
+			sts, err := render.StatefulSet(aliceOf(tmpl), tmpl, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -239,9 +241,9 @@ func TestRenderSurvivesTheAPIServersRoundTrip(t *testing.T) {
 	if err := json.Unmarshal(b, back); err != nil {
 		t.Fatal(err)
 	}
-	a, _ := StatefulSet(aliceOf(tmpl), tmpl, 1)
-	z, _ := StatefulSet(aliceOf(back), back, 1)
-	if a.Annotations[AnnotationSpecHash] != z.Annotations[AnnotationSpecHash] || TemplateRevision(tmpl) != TemplateRevision(back) {
+	a, _ := render.StatefulSet(aliceOf(tmpl), tmpl, 1)
+	z, _ := render.StatefulSet(aliceOf(back), back, 1)
+	if a.Annotations[render.AnnotationSpecHash] != z.Annotations[render.AnnotationSpecHash] || render.TemplateRevision(tmpl) != render.TemplateRevision(back) {
 		t.Error("a JSON round trip of the template changed the rendered StatefulSet")
 	}
 }
@@ -249,7 +251,7 @@ func TestRenderSurvivesTheAPIServersRoundTrip(t *testing.T) {
 // TestTemplateRevision checks what is part of a template's revision.
 func TestTemplateRevision(t *testing.T) {
 	base := agentTemplate()
-	rev := TemplateRevision(base)
+	rev := render.TemplateRevision(base)
 	for name, edit := range map[string]func(t *lullv1.SessionTemplate){
 		"pod annotation": func(t *lullv1.SessionTemplate) { t.Spec.Template.Annotations["x"] = "y" },
 		"toleration":     func(t *lullv1.SessionTemplate) { t.Spec.Template.Spec.Tolerations = nil },
@@ -263,13 +265,13 @@ func TestTemplateRevision(t *testing.T) {
 	} {
 		tmpl := base.DeepCopy()
 		edit(tmpl)
-		if TemplateRevision(tmpl) == rev {
+		if render.TemplateRevision(tmpl) == rev {
 			t.Errorf("%s: revision unchanged", name)
 		}
 	}
 	tmpl := base.DeepCopy()
 	tmpl.Spec.UpdatePolicy.Strategy = "Other"
-	if TemplateRevision(tmpl) != rev {
+	if render.TemplateRevision(tmpl) != rev {
 		t.Error("the update policy changed the revision: changing how to roll out is not a rollout")
 	}
 }
@@ -334,14 +336,14 @@ func TestValidate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tmpl := agentTemplate()
 			tc.edit(tmpl)
-			errs := Validate(tmpl)
+			errs := render.Validate(tmpl)
 			switch {
 			case tc.want == "" && len(errs) > 0:
 				t.Errorf("refused a valid template: %v", errs.ToAggregate())
 			case tc.want != "" && (len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), tc.want)):
 				t.Errorf("errors %v, want one naming %q", errs.ToAggregate(), tc.want)
 			}
-			if _, err := StatefulSet(aliceOf(tmpl), tmpl, 1); (err != nil) != (tc.want != "") {
+			if _, err := render.StatefulSet(aliceOf(tmpl), tmpl, 1); (err != nil) != (tc.want != "") {
 				t.Errorf("StatefulSet error = %v, want an error: %v", err, tc.want != "")
 			}
 		})
@@ -367,7 +369,7 @@ func TestExampleTemplatesRender(t *testing.T) {
 			continue
 		}
 		tmpl.Namespace = "ns"
-		if _, err := StatefulSet(aliceOf(tmpl), tmpl, 1); err != nil {
+		if _, err := render.StatefulSet(aliceOf(tmpl), tmpl, 1); err != nil {
 			t.Errorf("%s: %v", p, err)
 		}
 	}

@@ -4,12 +4,13 @@ import (
 	"testing"
 	"time"
 
+	"lull.dev/lull/internal/render"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/controller/session"
 	"lull.dev/lull/internal/rollout"
 )
 
@@ -29,7 +30,7 @@ func TestWaveLooksAgainWhenAnUnusedAdmissionLapses(t *testing.T) {
 			Containers: []corev1.Container{{Name: lullv1.RuntimeContainerName, Image: "i:2"}}}},
 		UpdatePolicy: lullv1.UpdatePolicy{MaxUnavailable: &one},
 	}}
-	rev := session.TemplateRevision(tmpl)
+	rev := render.TemplateRevision(tmpl)
 	ready := metav1.Condition{Type: lullv1.ConditionReady, Status: metav1.ConditionTrue, Reason: "PodReady", LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}
 	// a was admitted 30 s ago, then its stale pod failed and was replaced
 	// without a drain: it runs the new revision, and never issues the

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"lull.dev/lull/internal/render"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -209,13 +211,13 @@ func (b *filesBackoff) forget(key types.NamespacedName) {
 func (r *Reconciler) reconcileFiles(ctx context.Context, t *lullv1.SessionTemplate) (*metav1.Condition, time.Duration, error) {
 	key := client.ObjectKeyFromObject(t)
 	prev := meta.FindStatusCondition(t.Status.Conditions, lullv1.ConditionFilesReady)
-	desired, err := session.FilesConfigMap(t)
+	desired, err := render.FilesConfigMap(t)
 	if desired == nil || err != nil {
 		r.files.forget(key)
 		if err == nil {
 			return nil, 0, nil
 		}
-		c := FilesCondition(t, session.FilesConfigMapName(t), false, filesInvalid{err}, time.Time{}, prev)
+		c := FilesCondition(t, render.FilesConfigMapName(t), false, filesInvalid{err}, time.Time{}, prev)
 		return &c, 0, nil
 	}
 	now := r.now()

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"lull.dev/lull/internal/render"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -45,7 +47,7 @@ func filesTemplate(content string) *lullv1.SessionTemplate {
 
 func TestFilesCondition(t *testing.T) {
 	tmpl := filesTemplate("a")
-	name := session.FilesConfigMapName(tmpl)
+	name := render.FilesConfigMapName(tmpl)
 	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	quota := apierrors.NewForbidden(corev1.Resource("configmaps"), name, errors.New("exceeded quota: team-quota, requested: count/configmaps=1, used: count/configmaps=4, limited: count/configmaps=4"))
 	policy := apierrors.NewForbidden(corev1.Resource("configmaps"), name, errors.New("ValidatingAdmissionPolicy 'no-configmaps' with binding 'b' denied request: ConfigMaps are managed by GitOps"))
@@ -211,7 +213,7 @@ func TestReconcileFilesRefusedThenCreated(t *testing.T) {
 	if c := filesReady(); c == nil || c.Status != metav1.ConditionTrue || c.Reason != lullv1.ReasonFilesCreated {
 		t.Fatalf("after the quota is raised: FilesReady = %+v, want True Created", c)
 	}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: session.FilesConfigMapName(tmpl)}, &corev1.ConfigMap{}); err != nil {
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: render.FilesConfigMapName(tmpl)}, &corev1.ConfigMap{}); err != nil {
 		t.Fatalf("the ConfigMap: %v", err)
 	}
 

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"lull.dev/lull/internal/render"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -333,7 +335,7 @@ func statusPatch(st lullv1.SessionTemplateStatus, resourceVersion string) ([]byt
 // its UpToDate condition is True; stale otherwise, unless suspended;
 // draining when it has a drain request outstanding.
 func Summarize(t *lullv1.SessionTemplate, sessions []lullv1.Session) lullv1.SessionTemplateStatus {
-	st := lullv1.SessionTemplateStatus{ObservedGeneration: t.Generation, Revision: session.TemplateRevision(t), Conditions: append([]metav1.Condition(nil), t.Status.Conditions...)}
+	st := lullv1.SessionTemplateStatus{ObservedGeneration: t.Generation, Revision: render.TemplateRevision(t), Conditions: append([]metav1.Condition(nil), t.Status.Conditions...)}
 	var blocked []string
 	for i := range sessions {
 		s := &sessions[i]

@@ -5,20 +5,21 @@ import (
 	"testing"
 	"time"
 
+	"lull.dev/lull/internal/render"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/controller/session"
 )
 
 func TestSummarize(t *testing.T) {
 	old := metav1.NewTime(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
 	newer := metav1.NewTime(old.Add(time.Hour))
 	tmpl := &lullv1.SessionTemplate{ObjectMeta: metav1.ObjectMeta{Generation: 3}, Spec: lullv1.SessionTemplateSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: lullv1.RuntimeContainerName, Image: "i:1"}}}}}}
-	rev := session.TemplateRevision(tmpl)
+	rev := render.TemplateRevision(tmpl)
 	sess := func(upToDate metav1.ConditionStatus, since metav1.Time, draining, suspended bool) lullv1.Session {
 		s := lullv1.Session{Spec: lullv1.SessionSpec{Suspend: suspended}, Status: lullv1.SessionStatus{TemplateRevision: rev}}
 		if upToDate != "" {
@@ -66,7 +67,7 @@ func TestSummarize(t *testing.T) {
 // the rollout is Blocked.
 func TestSummarizeNamesBlockedSessions(t *testing.T) {
 	tmpl := &lullv1.SessionTemplate{Spec: lullv1.SessionTemplateSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: lullv1.RuntimeContainerName, Image: "i:1"}}}}}}
-	rev := session.TemplateRevision(tmpl)
+	rev := render.TemplateRevision(tmpl)
 	sess := func(name string, status metav1.ConditionStatus, reason string) lullv1.Session {
 		return lullv1.Session{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: lullv1.SessionStatus{TemplateRevision: rev,
 			Conditions: []metav1.Condition{{Type: lullv1.ConditionUpToDate, Status: status, Reason: reason}}}}

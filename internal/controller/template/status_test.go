@@ -5,12 +5,13 @@ import (
 	"testing"
 	"time"
 
+	"lull.dev/lull/internal/render"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/controller/session"
 )
 
 // TestNextStatus checks how the policy shapes a template's status: stale
@@ -20,7 +21,7 @@ func TestNextStatus(t *testing.T) {
 	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	tmpl := &lullv1.SessionTemplate{Spec: lullv1.SessionTemplateSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 		Containers: []corev1.Container{{Name: lullv1.RuntimeContainerName, Image: "i:2"}}}}}}
-	rev := session.TemplateRevision(tmpl)
+	rev := render.TemplateRevision(tmpl)
 	stale := func(name string) lullv1.Session {
 		s := lullv1.Session{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		s.Status.TemplateRevision = "old"

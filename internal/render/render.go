@@ -1,9 +1,22 @@
-package session
+// Package render holds what lull renders from a SessionTemplate: a
+// session's StatefulSet (its pod template with what lull owns added), its
+// headless Service and its runtime's identity (ServiceAccount, Role,
+// RoleBinding), the template's content-addressed files ConfigMap and its
+// revision, and Validate, the checks of a template only the controller can
+// make. Every function is pure: the same session and template give the
+// same objects, so re-rendering never changes a StatefulSet's template
+// unless the template changed. The Session reconciler writes these
+// objects; the template controller creates the files ConfigMap; the files
+// sweeper computes the same names. Its tests are in
+// internal/controller/session (render_test.go, files_test.go), beside the
+// template fixtures the reconciler's tests share.
+package render
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"maps"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -36,12 +49,22 @@ func labels(s *lullv1.Session) map[string]string {
 	}
 }
 
+// union returns a new map with the entries of every map in ms, a later
+// map's value winning for a key in several.
+func union(ms ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range ms {
+		maps.Copy(out, m)
+	}
+	return out
+}
+
 // objectMeta is the metadata of an object lull renders for a session: its
 // labels and lull.dev/session-uid, which tells the session's own object
 // that lost its owner reference from a predecessor's (see package orphan).
 // The pod template does not carry it (see Pod).
 func objectMeta(s *lullv1.Session, name string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: merge(labels(s), map[string]string{lullv1.LabelSessionUID: string(s.UID)})}
+	return metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: union(labels(s), map[string]string{lullv1.LabelSessionUID: string(s.UID)})}
 }
 
 // StatefulSet renders a session's StatefulSet: replicas as given (1, or 0
@@ -98,7 +121,7 @@ func StatefulSet(s *lullv1.Session, t *lullv1.SessionTemplate, replicas int32) (
 // unless the template changed.
 func Pod(s *lullv1.Session, t *lullv1.SessionTemplate) corev1.PodTemplateSpec {
 	tpl := *t.Spec.Template.DeepCopy()
-	tpl.Labels = merge(merge(nil, tpl.Labels), merge(labels(s), map[string]string{lullv1.LabelTemplateRevision: TemplateRevision(t)}))
+	tpl.Labels = union(tpl.Labels, labels(s), map[string]string{lullv1.LabelTemplateRevision: TemplateRevision(t)})
 	spec := &tpl.Spec
 	spec.ServiceAccountName = lullv1.RuntimeIdentityName(s.Name)
 	spec.AutomountServiceAccountToken = ptr.To(t.Spec.Agent == nil)

@@ -1,4 +1,4 @@
-package session
+package render
 
 import (
 	"crypto/sha256"
