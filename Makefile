@@ -37,7 +37,7 @@ dev: tools build
 
 # Packages that start a control plane run one at a time (-p 1): on a 2-core
 # machine, two of them at once measure the machine, not lull.
-CLUSTER_PKGS := ./internal/devcluster/ ./test/integration/ ./test/fleet/ ./test/e2e/
+CLUSTER_PKGS := ./internal/dev/devcluster/ ./test/integration/ ./test/fleet/ ./test/e2e/
 
 test: tools verify-generated
 	$(GO) vet ./...
@@ -47,7 +47,7 @@ test: tools verify-generated
 # Unit tests only, the SDK's gate and the agent under the race detector; no
 # control plane needed.
 test-unit:
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /test/ -e /internal/devcluster)
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /test/ -e /internal/dev/devcluster)
 
 # The fault scenarios alone (they also run in `make test`): 10 rollouts over
 # 200 busy sessions with the controller killed every 15 s and an API server

@@ -6,8 +6,8 @@
 #   hack/build-tools.sh            # build what is missing
 #   hack/build-tools.sh --print    # print the cache directory
 #
-# The versions here are the single source of truth; internal/devcluster reads
-# the same layout (see internal/devcluster/binaries.go).
+# The versions here are the single source of truth; internal/dev/devcluster reads
+# the same layout (see internal/dev/devcluster/binaries.go).
 set -euo pipefail
 
 K8S_VERSION=v1.37.2

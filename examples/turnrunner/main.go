@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/podprocess"
+	"lull.dev/lull/internal/dev/podprocess"
 	"lull.dev/lull/runtimesdk"
 )
 

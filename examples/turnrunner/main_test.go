@@ -17,8 +17,8 @@ import (
 	"time"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/journal"
-	"lull.dev/lull/internal/podprocess"
+	"lull.dev/lull/internal/dev/journal"
+	"lull.dev/lull/internal/dev/podprocess"
 	"lull.dev/lull/runtimesdk"
 )
 

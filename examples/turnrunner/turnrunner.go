@@ -25,7 +25,7 @@ import (
 	"strings"
 	"time"
 
-	"lull.dev/lull/internal/journal"
+	"lull.dev/lull/internal/dev/journal"
 	"lull.dev/lull/runtimesdk"
 )
 

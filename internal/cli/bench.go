@@ -16,9 +16,9 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"lull.dev/lull/internal/bench"
-	"lull.dev/lull/internal/localenv"
-	"lull.dev/lull/internal/podprocess"
+	"lull.dev/lull/internal/dev/bench"
+	"lull.dev/lull/internal/dev/localenv"
+	"lull.dev/lull/internal/dev/podprocess"
 )
 
 func init() { subcommands = append(subcommands, newBenchCommand) }

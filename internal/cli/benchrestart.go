@@ -8,9 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lull.dev/lull/internal/bench"
 	"lull.dev/lull/internal/controller/session"
-	"lull.dev/lull/internal/localenv"
+	"lull.dev/lull/internal/dev/bench"
+	"lull.dev/lull/internal/dev/localenv"
 )
 
 // newBenchRestartCommand is `lull bench restart`: a subcommand, not a

@@ -16,8 +16,8 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/catalog/catalogtest"
+	"lull.dev/lull/internal/dev/scenario"
 	"lull.dev/lull/internal/manager"
-	"lull.dev/lull/internal/scenario"
 )
 
 func catalogClient(objs ...client.Object) client.Client {

@@ -13,10 +13,10 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/controller/filesweep"
-	"lull.dev/lull/internal/demo"
-	"lull.dev/lull/internal/devcluster"
-	"lull.dev/lull/internal/localenv"
-	"lull.dev/lull/internal/podprocess"
+	"lull.dev/lull/internal/dev/demo"
+	"lull.dev/lull/internal/dev/devcluster"
+	"lull.dev/lull/internal/dev/localenv"
+	"lull.dev/lull/internal/dev/podprocess"
 )
 
 func init() { subcommands = append(subcommands, newDevCommand) }

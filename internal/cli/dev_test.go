@@ -6,7 +6,7 @@ import (
 	"time"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/demo"
+	"lull.dev/lull/internal/dev/demo"
 )
 
 func TestValidateDemo(t *testing.T) {

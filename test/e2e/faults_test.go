@@ -17,8 +17,8 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/drain"
-	"lull.dev/lull/internal/localenv"
-	"lull.dev/lull/internal/scenario"
+	"lull.dev/lull/internal/dev/localenv"
+	"lull.dev/lull/internal/dev/scenario"
 )
 
 // A template flipped back and forth between two revisions over busy

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/scenario"
+	"lull.dev/lull/internal/dev/scenario"
 )
 
 func duration(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }

@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/journal"
-	"lull.dev/lull/internal/scenario"
+	"lull.dev/lull/internal/dev/journal"
+	"lull.dev/lull/internal/dev/scenario"
 )
 
 // notices returns the notices journaled by the runtime of pod.

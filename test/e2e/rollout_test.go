@@ -17,8 +17,8 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/drain"
-	"lull.dev/lull/internal/demo"
-	"lull.dev/lull/internal/scenario"
+	"lull.dev/lull/internal/dev/demo"
+	"lull.dev/lull/internal/dev/scenario"
 )
 
 // stuck makes the reference runtime take one turn that never ends: a

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"lull.dev/lull/internal/bench"
-	"lull.dev/lull/internal/podprocess"
+	"lull.dev/lull/internal/dev/bench"
+	"lull.dev/lull/internal/dev/podprocess"
 )
 
 // lull bench's run, small: the floor (a raw rollout of as many plain

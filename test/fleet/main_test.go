@@ -17,9 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"lull.dev/lull/internal/localenv"
-	"lull.dev/lull/internal/podprocess"
-	"lull.dev/lull/internal/scenario"
+	"lull.dev/lull/internal/dev/localenv"
+	"lull.dev/lull/internal/dev/podprocess"
+	"lull.dev/lull/internal/dev/scenario"
 )
 
 var (

@@ -9,8 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"lull.dev/lull/internal/bench"
-	"lull.dev/lull/internal/podprocess"
+	"lull.dev/lull/internal/dev/bench"
+	"lull.dev/lull/internal/dev/podprocess"
 )
 
 // The controller is killed (SIGKILL) while 10 of 50 busy sessions have a

@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/audit"
-	"lull.dev/lull/internal/scenario"
+	"lull.dev/lull/internal/dev/audit"
+	"lull.dev/lull/internal/dev/scenario"
 )
 
 // Sessions whose runtimes run in fleet mode, busy with turns, are rolled

@@ -38,8 +38,8 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/config"
-	"lull.dev/lull/internal/devcluster"
-	"lull.dev/lull/internal/install"
+	"lull.dev/lull/internal/dev/devcluster"
+	"lull.dev/lull/internal/dev/install"
 	"lull.dev/lull/internal/manager"
 )
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/podprocess"
+	"lull.dev/lull/internal/dev/podprocess"
 )
 
 // DrainRequest is the drain request a session's status holds: its ID and

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/podprocess"
+	"lull.dev/lull/internal/dev/podprocess"
 )
 
 // passing is a run of 1,000 sessions that meets every target.

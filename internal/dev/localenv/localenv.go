@@ -37,10 +37,10 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/examples/turnrunner"
-	"lull.dev/lull/internal/devcluster"
-	"lull.dev/lull/internal/devstorage"
-	"lull.dev/lull/internal/install"
-	"lull.dev/lull/internal/podprocess"
+	"lull.dev/lull/internal/dev/devcluster"
+	"lull.dev/lull/internal/dev/devstorage"
+	"lull.dev/lull/internal/dev/install"
+	"lull.dev/lull/internal/dev/podprocess"
 )
 
 // Options configure Up.

@@ -10,9 +10,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/localenv"
-	"lull.dev/lull/internal/podprocess"
-	"lull.dev/lull/internal/scenario"
+	"lull.dev/lull/internal/dev/localenv"
+	"lull.dev/lull/internal/dev/podprocess"
+	"lull.dev/lull/internal/dev/scenario"
 )
 
 // RestartOptions shape the restart benchmark (RunRestart).

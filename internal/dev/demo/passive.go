@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/localenv"
-	"lull.dev/lull/internal/scenario"
+	"lull.dev/lull/internal/dev/localenv"
+	"lull.dev/lull/internal/dev/scenario"
 )
 
 // Passive is what a Passive run adds to its summary: the convergence

@@ -25,7 +25,7 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"lull.dev/lull/config"
-	"lull.dev/lull/internal/devcluster"
+	"lull.dev/lull/internal/dev/devcluster"
 )
 
 // FieldManager owns the fields Apply writes.

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"lull.dev/lull/internal/devstorage"
+	"lull.dev/lull/internal/dev/devstorage"
 )
 
 // TestStorageProvisioning runs the lull-dev provisioner against the PV

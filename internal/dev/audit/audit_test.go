@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/journal"
+	"lull.dev/lull/internal/dev/journal"
 )
 
 // The auditor is the referee of every end-to-end test: it must catch each

@@ -16,9 +16,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/audit"
-	"lull.dev/lull/internal/localenv"
-	"lull.dev/lull/internal/scenario"
+	"lull.dev/lull/internal/dev/audit"
+	"lull.dev/lull/internal/dev/localenv"
+	"lull.dev/lull/internal/dev/scenario"
 )
 
 // Options shape the demo.

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
-	"lull.dev/lull/internal/scenario"
+	"lull.dev/lull/internal/dev/scenario"
 )
 
 // rawWorkers bounds the raw rollout's concurrent requests: as many as keep

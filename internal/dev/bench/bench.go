@@ -28,11 +28,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/audit"
-	"lull.dev/lull/internal/localenv"
+	"lull.dev/lull/internal/dev/audit"
+	"lull.dev/lull/internal/dev/localenv"
+	"lull.dev/lull/internal/dev/podprocess"
+	"lull.dev/lull/internal/dev/scenario"
 	"lull.dev/lull/internal/manager"
-	"lull.dev/lull/internal/podprocess"
-	"lull.dev/lull/internal/scenario"
 )
 
 // Options shape the benchmark.

@@ -37,7 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/journal"
+	"lull.dev/lull/internal/dev/journal"
 )
 
 // Deletion is what the auditor saw when a session pod was deleted (or

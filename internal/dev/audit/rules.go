@@ -44,7 +44,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/journal"
+	"lull.dev/lull/internal/dev/journal"
 )
 
 // cannotStart lists the waiting reasons of a runtime container that mean it

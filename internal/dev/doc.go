@@ -1,0 +1,13 @@
+// Package dev is the root of lull's harness: what runs lull on this
+// machine and measures it, none of which a cluster runs. Under it:
+// devcluster (the local control plane: etcd, kube-apiserver, the
+// controllers, KWOK), podprocess (the kubelet's stand-in: a runtime process
+// per running session pod), devstorage (the lull-dev StorageClass),
+// install (applies the shipped manifests), localenv and demo (`lull dev`),
+// bench (`lull bench`), scenario, audit and journal (the end-to-end
+// scenarios, the independent auditor and the runtimes' turn journals).
+//
+// Production packages never import the harness: TestProductionImportsNoHarness
+// holds the direction for the whole module, and cmd/lull-controller's test
+// for the controller's binary.
+package dev
