@@ -24,6 +24,7 @@ var lullPackages = map[string]bool{
 	"lull.dev/lull/internal/controllercmd":        true,
 	"lull.dev/lull/internal/lifecycle":            true,
 	"lull.dev/lull/internal/manager":              true,
+	"lull.dev/lull/internal/render":               true,
 	"lull.dev/lull/internal/requestmetrics":       true,
 	"lull.dev/lull/internal/rollout":              true,
 	"lull.dev/lull/internal/version":              true,
