@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -31,12 +32,17 @@ import (
 	"lull.dev/lull/internal/controller/session"
 )
 
-// strippedCache is the manager's cache as the controllers read it: every
-// object a Get or List returns has been through the cache transform the
-// manager installs for its type (session.StripSessionForCache for
-// Sessions, stripForCache for the rest). Writes go to the wrapped client
-// unchanged, and their responses are whole, as the API server's are.
-type strippedCache struct{ client.Client }
+// cacheView is the manager's cache as the controllers read it: only the
+// objects its label selectors let in (lull.dev/session on what lull
+// renders per session, lull.dev/files on ConfigMaps), and, when strip is
+// set, each through the cache transform the manager installs for its type
+// (session.StripSessionForCache for Sessions, stripForCache for the rest).
+// Writes go to the wrapped client unchanged, and their responses are
+// whole, as the API server's are.
+type cacheView struct {
+	client.Client
+	strip bool
+}
 
 func transform(o runtime.Object) error {
 	if _, ok := o.(*lullv1.Session); ok {
@@ -47,18 +53,58 @@ func transform(o runtime.Object) error {
 	return err
 }
 
-func (c strippedCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+// selected reports whether the manager's cache holds o (New's ByObject).
+func selected(o runtime.Object) bool {
+	obj := o.(client.Object)
+	switch o.(type) {
+	case *corev1.Pod, *appsv1.StatefulSet, *corev1.Service, *corev1.ServiceAccount, *rbacv1.Role, *rbacv1.RoleBinding, *corev1.PersistentVolumeClaim:
+		_, ok := obj.GetLabels()[lullv1.LabelSession]
+		return ok
+	case *corev1.ConfigMap:
+		_, ok := obj.GetLabels()[lullv1.LabelFiles]
+		return ok
+	}
+	return true
+}
+
+func (c cacheView) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	if err := c.Client.Get(ctx, key, obj, opts...); err != nil {
 		return err
+	}
+	if !selected(obj) {
+		gvk, err := c.GroupVersionKindFor(obj)
+		if err != nil {
+			return err
+		}
+		return apierrors.NewNotFound(schema.GroupResource{Group: gvk.Group, Resource: strings.ToLower(gvk.Kind) + "s"}, key.Name)
+	}
+	if !c.strip {
+		return nil
 	}
 	return transform(obj)
 }
 
-func (c strippedCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+func (c cacheView) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
 	if err := c.Client.List(ctx, list, opts...); err != nil {
 		return err
 	}
-	return meta.EachListItem(list, transform)
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return err
+	}
+	kept := items[:0]
+	for _, o := range items {
+		if !selected(o) {
+			continue
+		}
+		if c.strip {
+			if err := transform(o); err != nil {
+				return err
+			}
+		}
+		kept = append(kept, o)
+	}
+	return meta.SetList(list, kept)
 }
 
 // readerWorld is one namespace with a template, a session and what the
@@ -147,10 +193,7 @@ func newReaderWorld(t *testing.T, strip bool) *readerWorld {
 		return c.Create(ctx, obj, opts...)
 	}})
 	w := &readerWorld{t: t, api: api, clock: clocktesting.NewFakePassiveClock(readerT0), events: events.NewFakeRecorder(1000)}
-	var cached client.Client = api
-	if strip {
-		cached = strippedCache{api}
-	}
+	cached := cacheView{Client: api, strip: strip}
 	w.session = &session.Reconciler{Client: cached, APIReader: api, Recorder: w.events, Clock: w.clock}
 	w.sweeper = &filesweep.Reconciler{Client: cached, APIReader: api, Clock: w.clock, Grace: time.Minute, Interval: time.Minute}
 	return w
@@ -411,24 +454,7 @@ func TestControllersDecideTheSameOnStrippedCache(t *testing.T) {
 	whole, wholeSnaps := run(false)
 	cut, cutSnaps := run(true)
 
-	if len(wholeSnaps) != len(cutSnaps) {
-		t.Fatalf("%d steps on whole objects, %d on stripped ones", len(wholeSnaps), len(cutSnaps))
-	}
-	for i := range wholeSnaps {
-		for k, v := range wholeSnaps[i] {
-			if cutSnaps[i][k] != v {
-				t.Errorf("step %d, %s:\n stripped cache: %s\n whole cache:    %s", i, k, cutSnaps[i][k], v)
-			}
-		}
-		for k := range cutSnaps[i] {
-			if _, ok := wholeSnaps[i][k]; !ok {
-				t.Errorf("step %d: %s exists only with the stripped cache", i, k)
-			}
-		}
-	}
-	if fmt.Sprint(whole.log) != fmt.Sprint(cut.log) {
-		t.Errorf("outcomes and Events differ:\n stripped cache: %q\n whole cache:    %q", cut.log, whole.log)
-	}
+	sameRuns(t, whole, cut, wholeSnaps, cutSnaps)
 
 	// The run proves something only if it went where it was meant to: the
 	// StatefulSet was rewritten for v2, held at v2 and scaled to zero, the
@@ -491,4 +517,121 @@ func runtimeImageOf(sts *appsv1.StatefulSet) string {
 		}
 	}
 	return ""
+}
+
+// sameRuns fails t unless the run on the stripped cache wrote, logged and
+// recorded exactly what the run on whole objects did, step by step.
+func sameRuns(t *testing.T, whole, cut *readerWorld, wholeSnaps, cutSnaps []map[string]string) {
+	t.Helper()
+	if len(wholeSnaps) != len(cutSnaps) {
+		t.Fatalf("%d steps on whole objects, %d on stripped ones", len(wholeSnaps), len(cutSnaps))
+	}
+	for i := range wholeSnaps {
+		for k, v := range wholeSnaps[i] {
+			if cutSnaps[i][k] != v {
+				t.Errorf("step %d, %s:\n stripped cache: %s\n whole cache:    %s", i, k, cutSnaps[i][k], v)
+			}
+		}
+		for k := range cutSnaps[i] {
+			if _, ok := wholeSnaps[i][k]; !ok {
+				t.Errorf("step %d: %s exists only with the stripped cache", i, k)
+			}
+		}
+	}
+	if fmt.Sprint(whole.log) != fmt.Sprint(cut.log) {
+		t.Errorf("outcomes and Events differ:\n stripped cache: %q\n whole cache:    %q", cut.log, whole.log)
+	}
+}
+
+// runSteps runs steps on a new world, snapshotting the API server after
+// each.
+func runSteps(t *testing.T, strip bool, steps []readerStep) (*readerWorld, []map[string]string) {
+	w := newReaderWorld(t, strip)
+	var snaps []map[string]string
+	for _, st := range steps {
+		w.log = append(w.log, "step "+st.name)
+		st.do(w)
+		snaps = append(snaps, w.snapshot())
+		w.log = append(w.log, w.eventLog()...)
+	}
+	return w, snaps
+}
+
+type readerStep struct {
+	name string
+	do   func(w *readerWorld)
+}
+
+// edit changes an object on the API server as a second writer would
+// (kubectl edit).
+func (w *readerWorld) edit(obj client.Object, change func()) {
+	w.t.Helper()
+	if err := w.api.Get(w.ctx(), client.ObjectKeyFromObject(obj), obj); err != nil {
+		w.t.Fatal(err)
+	}
+	change()
+	if err := w.api.Update(w.ctx(), obj); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// TestOwnershipRepairsTheSameOnStrippedCache: a second writer strips the
+// owner reference of the session's StatefulSet and Role, takes lull's
+// labels off its RoleBinding (so the cache no longer holds it) and binds
+// the Role to another ServiceAccount, then deletes the Session with
+// --cascade=orphan. The reconciler restores the owners, takes the binding
+// back, and reaps the orphans; it must write the same on a stripped cache
+// as on whole objects (restoreOwner and ensure patch objects they read,
+// and the binding's subjects are cut in the cache).
+func TestOwnershipRepairsTheSameOnStrippedCache(t *testing.T) {
+	ns := func(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: "ns", Name: name} }
+	rt := lullv1.RuntimeIdentityName("alice")
+	steps := []readerStep{
+		{"create", func(w *readerWorld) { w.reconcile("create"); w.statefulSetController("alice-1"); w.reconcile("running") }},
+		{"owner references stripped", func(w *readerWorld) {
+			sts := &appsv1.StatefulSet{ObjectMeta: ns("alice")}
+			w.edit(sts, func() { sts.OwnerReferences = nil })
+			role := &rbacv1.Role{ObjectMeta: ns(rt)}
+			w.edit(role, func() { role.OwnerReferences = nil; role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}) })
+			w.reconcile("restore owners")
+		}},
+		{"binding relabelled and rebound", func(w *readerWorld) {
+			rb := &rbacv1.RoleBinding{ObjectMeta: ns(rt)}
+			w.edit(rb, func() {
+				rb.Labels = nil
+				rb.Subjects = []rbacv1.Subject{{Kind: "ServiceAccount", Name: "intruder", Namespace: "ns"}}
+			})
+			w.reconcile("take the binding back")
+		}},
+		{"session deleted with --cascade=orphan", func(w *readerWorld) {
+			if err := w.api.Delete(w.ctx(), &lullv1.Session{ObjectMeta: ns("alice")}); err != nil {
+				t.Fatal(err)
+			}
+			// The garbage collector orphans the dependents: it removes
+			// their owner references to the Session.
+			for _, o := range []client.Object{&appsv1.StatefulSet{ObjectMeta: ns("alice")}, &corev1.Service{ObjectMeta: ns("alice")},
+				&corev1.ServiceAccount{ObjectMeta: ns(rt)}, &rbacv1.Role{ObjectMeta: ns(rt)}, &rbacv1.RoleBinding{ObjectMeta: ns(rt)}} {
+				w.edit(o, func() { o.SetOwnerReferences(nil) })
+			}
+			w.reconcile("reap")
+			w.reconcile("reap again")
+		}},
+	}
+	whole, wholeSnaps := runSteps(t, false, steps)
+	cut, cutSnaps := runSteps(t, true, steps)
+	sameRuns(t, whole, cut, wholeSnaps, cutSnaps)
+
+	// The run went where it was meant to.
+	for _, want := range []string{"OwnerReferenceRestored", "OrphanReaped"} {
+		if !strings.Contains(fmt.Sprint(cut.log), want) {
+			t.Errorf("no %s in the run: %q", want, cut.log)
+		}
+	}
+	rb := &rbacv1.RoleBinding{}
+	if err := json.Unmarshal([]byte(cutSnaps[2]["*v1.RoleBinding "+rt]), rb); err != nil {
+		t.Fatal(err)
+	}
+	if len(rb.Subjects) != 1 || rb.Subjects[0].Name != rt || rb.Labels[lullv1.LabelSession] != "alice" {
+		t.Errorf("RoleBinding after the reconcile: labels %v, subjects %+v; want lull's labels and the runtime's ServiceAccount", rb.Labels, rb.Subjects)
+	}
 }
