@@ -587,12 +587,19 @@ func TestOwnershipRepairsTheSameOnStrippedCache(t *testing.T) {
 	ns := func(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: "ns", Name: name} }
 	rt := lullv1.RuntimeIdentityName("alice")
 	steps := []readerStep{
-		{"create", func(w *readerWorld) { w.reconcile("create"); w.statefulSetController("alice-1"); w.reconcile("running") }},
+		{"create", func(w *readerWorld) {
+			w.reconcile("create")
+			w.statefulSetController("alice-1")
+			w.reconcile("running")
+		}},
 		{"owner references stripped", func(w *readerWorld) {
 			sts := &appsv1.StatefulSet{ObjectMeta: ns("alice")}
 			w.edit(sts, func() { sts.OwnerReferences = nil })
 			role := &rbacv1.Role{ObjectMeta: ns(rt)}
-			w.edit(role, func() { role.OwnerReferences = nil; role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}) })
+			w.edit(role, func() {
+				role.OwnerReferences = nil
+				role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}})
+			})
 			w.reconcile("restore owners")
 		}},
 		{"binding relabelled and rebound", func(w *readerWorld) {
