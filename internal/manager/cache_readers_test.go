@@ -346,9 +346,10 @@ func (w *readerWorld) snapshot() map[string]string {
 			if s, ok := obj.(*lullv1.Session); ok {
 				// Some conditions are stamped with the wall clock, not
 				// the reconciler's (holdConditions): not a write that
-				// differs.
+				// differs. The reconciler's clock stays within an hour
+				// of readerT0.
 				for i := range s.Status.Conditions {
-					if c := &s.Status.Conditions[i]; c.LastTransitionTime.After(readerT0.Add(24 * time.Hour)) {
+					if c := &s.Status.Conditions[i]; c.LastTransitionTime.Before(&metav1.Time{Time: readerT0}) || c.LastTransitionTime.After(readerT0.Add(time.Hour)) {
 						c.LastTransitionTime = metav1.Time{}
 					}
 				}
