@@ -40,7 +40,8 @@ func stripForCache(in any) (any, error) {
 // cached copy; at 1,000 sessions these specs were about a fifth of the
 // controller's live heap. What is kept, and who reads it:
 //
-//   - pods: spec.nodeName (rollout.Decide: a pod on a node that is gone),
+//   - pods: spec.nodeName (rollout.Decide names it for a pod stuck
+//     terminating: delete the Node object if it is gone),
 //     every reference to a ConfigMap (filesweep.Decide: a ConfigMap a pod
 //     mounts is never deleted), each container's name and image; status
 //     whole (phase, conditions, container statuses: rollout.Decide and the

@@ -9,6 +9,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
@@ -182,5 +183,37 @@ func TestStripSpecOfIdentityObjects(t *testing.T) {
 	}
 	if binding.RoleRef.Name != "s" {
 		t.Errorf("roleRef cut: %+v", binding.RoleRef)
+	}
+}
+
+// TestStripSpecIsIdempotent: client-go may hand the transform an object it
+// has already transformed (an informer's Replace of objects already in its
+// store; client-go's TransformFunc asks for idempotence), so stripping a
+// stripped object must change nothing.
+func TestStripSpecIsIdempotent(t *testing.T) {
+	var cms []corev1.ConfigMap
+	for _, c := range []string{"a", "b", "c", "d", "e"} {
+		cms = append(cms, filesConfigMap(c))
+	}
+	spec := wholePodSpec(cms)
+	objs := []any{
+		&corev1.Pod{Spec: spec},
+		&appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1), Template: corev1.PodTemplateSpec{Spec: spec},
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "work"}, Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To("fast")}}}}},
+		&rbacv1.Role{Rules: []rbacv1.PolicyRule{{Verbs: []string{"get"}}}},
+		&rbacv1.RoleBinding{Subjects: []rbacv1.Subject{{Name: "s"}}, RoleRef: rbacv1.RoleRef{Name: "s"}},
+		&corev1.ServiceAccount{Secrets: []corev1.ObjectReference{{Name: "t"}}},
+	}
+	for _, o := range objs {
+		if _, err := stripForCache(o); err != nil {
+			t.Fatal(err)
+		}
+		once := o.(interface{ DeepCopyObject() runtime.Object }).DeepCopyObject()
+		if _, err := stripForCache(o); err != nil {
+			t.Fatal(err)
+		}
+		if !equality.Semantic.DeepEqual(once, o) {
+			t.Errorf("%T stripped twice differs from stripped once:\n once:  %+v\n twice: %+v", o, once, o)
+		}
 	}
 }
