@@ -3,7 +3,6 @@ package manager
 import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -35,8 +34,8 @@ func stripForCache(in any) (any, error) {
 	return in, nil
 }
 
-// stripSpec cuts, in place, the spec of a cached pod, StatefulSet, Role,
-// RoleBinding or ServiceAccount down to what the controller reads of the
+// stripSpec cuts, in place, the spec of a cached pod, StatefulSet or
+// ServiceAccount down to what the controller reads of the
 // cached copy; at 1,000 sessions these specs were about a fifth of the
 // controller's live heap. What is kept, and who reads it:
 //
@@ -51,9 +50,10 @@ func stripForCache(in any) (any, error) {
 //     template's metadata and its spec cut as a pod's (the catalog gate
 //     reads the runtime container's image, the files sweeper the ConfigMap
 //     references); status whole;
-//   - Roles, RoleBindings, ServiceAccounts: metadata only (and a binding's
-//     roleRef). Their writes are decided on the spec-hash annotation and
-//     computed against the API server's copy (session.ensure).
+//   - ServiceAccounts: metadata only; Roles and RoleBindings whole (a few
+//     rules and one subject: the Session reconciler compares them with what
+//     it renders, and undoes a widening at once). Writes are computed
+//     against the API server's copy (session.ensure).
 //
 // A reader of a field cut here sees it empty: TestStripSpecKeepsWhatReadersRead
 // runs those readers on stripped and whole objects.
@@ -78,10 +78,6 @@ func stripSpec(in any) {
 				Spec:       podSpecForCache(&o.Spec.Template.Spec),
 			},
 		}
-	case *rbacv1.Role:
-		o.Rules = nil
-	case *rbacv1.RoleBinding:
-		o.Subjects = nil
 	case *corev1.ServiceAccount:
 		o.Secrets, o.ImagePullSecrets = nil, nil
 	}

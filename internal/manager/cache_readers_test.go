@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -636,6 +637,13 @@ func TestOwnershipRepairsTheSameOnStrippedCache(t *testing.T) {
 		if !strings.Contains(fmt.Sprint(cut.log), want) {
 			t.Errorf("no %s in the run: %q", want, cut.log)
 		}
+	}
+	role := &rbacv1.Role{}
+	if err := json.Unmarshal([]byte(cutSnaps[1]["*v1.Role "+rt]), role); err != nil {
+		t.Fatal(err)
+	}
+	if want := render.Role(&lullv1.Session{ObjectMeta: ns("alice")}).Rules; !equality.Semantic.DeepEqual(role.Rules, want) {
+		t.Errorf("Role after the reconcile: rules %+v; want the widening undone: %+v", role.Rules, want)
 	}
 	rb := &rbacv1.RoleBinding{}
 	if err := json.Unmarshal([]byte(cutSnaps[2]["*v1.RoleBinding "+rt]), rb); err != nil {

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -141,7 +142,10 @@ func holdStatefulSet(ctx context.Context, c client.Client, s *lullv1.Session, re
 // not up to date because of the catalog (UpToDate False, reason
 // ImageNotAllowed), whatever its pod's revision against the held
 // StatefulSet says.
-func holdConditions(conditions *[]metav1.Condition, generation int64, msg string) {
+func holdConditions(conditions *[]metav1.Condition, generation int64, msg string, now time.Time) {
+	// The transition time is the reconcile's clock, as every other
+	// condition's (rollout.NextStatus), not the wall clock SetStatusCondition
+	// would use.
 	meta.SetStatusCondition(conditions, metav1.Condition{Type: lullv1.ConditionUpToDate, Status: metav1.ConditionFalse,
-		Reason: lullv1.ReasonImageNotAllowed, Message: msg, ObservedGeneration: generation})
+		Reason: lullv1.ReasonImageNotAllowed, Message: msg, ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now)})
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
+
 	"lull.dev/lull/internal/render"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -92,7 +94,8 @@ func ensureWith[T client.Object](ctx context.Context, c client.Client, live clie
 		return errNotOwned{kind: kind, name: existing.GetName()}
 	}
 	upToDate := func() bool {
-		return existing.GetAnnotations()[render.AnnotationSpecHash] == desired.GetAnnotations()[render.AnnotationSpecHash] && hasLabels(existing, desired.GetLabels())
+		return existing.GetAnnotations()[render.AnnotationSpecHash] == desired.GetAnnotations()[render.AnnotationSpecHash] && hasLabels(existing, desired.GetLabels()) &&
+			!grantsDrifted(existing, desired)
 	}
 	if upToDate() {
 		return nil
@@ -123,6 +126,24 @@ func ensureWith[T client.Object](ctx context.Context, c client.Client, live clie
 		return fmt.Errorf("update %s %s: %w", kind, existing.GetName(), err)
 	}
 	return nil
+}
+
+// grantsDrifted reports whether what the runtime's identity grants differs
+// from what lull renders: a Role's rules, or a RoleBinding's subjects. A
+// second writer that widens them and leaves lull's spec-hash annotation
+// alone would otherwise keep the extra permissions for good; the runtime's
+// least privilege is the one edit of a rendered object lull undoes on
+// sight. Other kinds follow the annotation only (a comparison of pod
+// templates would fight the API server's defaulting). The cache keeps
+// rules and subjects for this (manager's stripSpec).
+func grantsDrifted(existing, desired client.Object) bool {
+	switch e := existing.(type) {
+	case *rbacv1.Role:
+		return !equality.Semantic.DeepEqual(e.Rules, desired.(*rbacv1.Role).Rules)
+	case *rbacv1.RoleBinding:
+		return !equality.Semantic.DeepEqual(e.Subjects, desired.(*rbacv1.RoleBinding).Subjects)
+	}
+	return false
 }
 
 // hasLabels reports whether o carries every label of want.

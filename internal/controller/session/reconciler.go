@@ -193,7 +193,7 @@ func (r *Reconciler) reconcileSession(ctx context.Context, req ctrl.Request) (ct
 	}
 	next := rollout.NextStatus(o, a)
 	if gate.Hold {
-		holdConditions(&next.Conditions, s.Generation, gate.Message)
+		holdConditions(&next.Conditions, s.Generation, gate.Message, o.Now)
 	}
 	// Judged before the write: the patch refreshes s from the response.
 	updated := meta.IsStatusConditionTrue(next.Conditions, lullv1.ConditionUpToDate) &&
