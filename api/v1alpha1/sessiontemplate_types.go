@@ -142,8 +142,9 @@ type BreakGlass struct {
 }
 
 // DefaultAgentImage is the image of the injected agent sidecar when
-// spec.agent.image is not given.
-const DefaultAgentImage = "ghcr.io/lull-dev/lull:v0.1.0"
+// spec.agent.image is not given: lull's lull-agent image (`make images`),
+// whose entrypoint is the sidecar.
+const DefaultAgentImage = "ghcr.io/lull-dev/lull-agent:v0.1.0"
 
 // AgentSpec injects `lull agent` into every session pod as a Kubernetes
 // native sidecar (an init container with restartPolicy Always, Kubernetes
@@ -151,10 +152,12 @@ const DefaultAgentImage = "ghcr.io/lull-dev/lull:v0.1.0"
 // speaks HTTP to a unix socket, and it alone holds the session's
 // ServiceAccount token. See docs/templates.md.
 type AgentSpec struct {
-	// Image is the image that runs `lull agent`. Changing it is a new
-	// revision: every session's pod is replaced, between its turns.
+	// Image is the image of the sidecar; its entrypoint must be the drain
+	// sidecar (lull-agent, or `lull agent`), to which lull passes its
+	// flags as arguments. Changing it is a new revision: every session's
+	// pod is replaced, between its turns.
 	// +optional
-	// +kubebuilder:default="ghcr.io/lull-dev/lull:v0.1.0"
+	// +kubebuilder:default="ghcr.io/lull-dev/lull-agent:v0.1.0"
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:XValidation:rule="!self.matches('[[:space:]]')",message="spec.agent.image must not contain whitespace"

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"lull.dev/lull/internal/agentcmd"
+
 	"github.com/spf13/cobra"
 
 	"lull.dev/lull/runtimesdk"
@@ -12,7 +14,7 @@ import (
 
 func TestReportRefreshFlag(t *testing.T) {
 	for name, newCmd := range map[string]func() *cobra.Command{
-		"agent":           newAgentCommand,
+		"agent":           func() *cobra.Command { return agentcmd.New("agent") },
 		"example-runtime": newExampleRuntimeCommand,
 	} {
 		// The default follows LULL_REPORT_REFRESH, when it is usable.

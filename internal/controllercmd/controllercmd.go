@@ -2,8 +2,8 @@
 // manager: the production binary lull-controller is this command alone,
 // and `lull controller` is the same command inside the CLI. It imports
 // only the controller's packages, never the local control plane, the
-// bench or the CLI (TestProductionBinaryLinksOnlyTheController in
-// cmd/lull-controller).
+// bench or the CLI (TestProductionBinariesLinkOnlyTheirOwn in
+// internal/dev).
 package controllercmd
 
 import (

@@ -7,7 +7,8 @@
 // bench (`lull bench`), scenario, audit and journal (the end-to-end
 // scenarios, the independent auditor and the runtimes' turn journals).
 //
-// Production packages never import the harness: TestProductionImportsNoHarness
-// holds the direction for the whole module, and cmd/lull-controller's test
-// for the controller's binary.
+// Production packages never import the harness:
+// TestProductionImportsNoHarness holds the direction for the whole module,
+// and TestProductionBinariesLinkOnlyTheirOwn the packages each production
+// binary (lull-controller, lull-agent) links.
 package dev

@@ -170,7 +170,8 @@ func runtimeContainer(spec *corev1.PodSpec) *corev1.Container {
 // the kubelet refreshes it at 80 %.
 const AgentTokenExpiry = 3600 * time.Second
 
-// agentContainer is the injected sidecar: `lull agent` on the shared
+// agentContainer is the injected sidecar: the image's entrypoint (the
+// lull-agent binary) with lull's flags as arguments, on the shared
 // socket, its turn table in a volume of its own, the session's token
 // mounted where client-go's in-cluster config reads it, and no privilege it
 // does not need.
@@ -182,7 +183,6 @@ func agentContainer(s *lullv1.Session, a *lullv1.AgentSpec) corev1.Container {
 	return corev1.Container{
 		Name:          lullv1.AgentContainerName,
 		Image:         image,
-		Command:       []string{"lull", "agent"},
 		Args:          agentArgs(a),
 		Env:           lullEnv(s),
 		Resources:     a.Resources,
