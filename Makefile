@@ -6,7 +6,7 @@ GO        ?= go
 LULL      := bin/lull
 TOOLS     := hack/build-tools.sh
 
-.PHONY: all build tools generate verify-generated test test-unit test-integration test-e2e demo dev bench fuzz chaos
+.PHONY: all build images tools generate verify-generated test test-unit test-integration test-e2e demo dev bench fuzz chaos
 
 all: build
 
@@ -14,6 +14,11 @@ build:
 	$(GO) build -o $(LULL) ./cmd/lull
 	$(GO) build -o bin/lull-controller ./cmd/lull-controller
 	ln -sf lull bin/kubectl-lull  # kubectl finds it as `kubectl lull` when bin/ is on PATH
+
+# The controller's and the drain sidecar's images, without Docker: an OCI
+# layout in _out/oci and _out/<image>.tar (docker load -i, ctr image import).
+images:
+	$(GO) run ./hack/images --out _out --revision "$$(git rev-parse HEAD 2>/dev/null)"
 
 # Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
 # from the Go module proxy into ~/.cache/lull (first time ~10 minutes).
