@@ -7,10 +7,11 @@ import (
 )
 
 // harnessUsers may import the harness: the harness itself, the CLI that
-// runs it (`lull dev`, `lull bench`), the reference runtime it runs, and
-// the tests.
+// runs it (`lull dev`, `lull bench`), the reference runtime it runs, the
+// build tools (hack: `make images`), and the tests.
 var harnessUsers = []string{
 	"lull.dev/lull/internal/dev",
+	"lull.dev/lull/hack",
 	"lull.dev/lull/internal/cli",
 	"lull.dev/lull/cmd/lull",
 	"lull.dev/lull/examples",
