@@ -44,8 +44,9 @@ func largeCatalog(ns string, scoped bool) lullv1.RuntimeCatalogSpec {
 }
 
 // TestRuntimeCatalogAdmissionAgreesOnALargeCatalog: the policy's CEL runs
-// under the API server's cost limits, and failurePolicy Fail turns an
-// evaluation over budget into a refusal. A catalog the CRD and etcd
+// under the API server's cost limits, and an evaluation over budget is an
+// error (which failurePolicy Ignore lets through), not a judgement. A
+// catalog the CRD and etcd
 // accept must still be judged as package catalog (and `lull catalog
 // check`) judges it: its listed image admitted, its unlisted one refused
 // by the catalog's rule, not by a cost error.
