@@ -36,6 +36,10 @@ func New(use string) *cobra.Command {
 		Short:        "Run the lull controller manager (Session and SessionTemplate controllers, files sweeper)",
 		Version:      version.String(),
 		SilenceUsage: true,
+		// Flags only: a bool flag written with a space (`--leader-elect
+		// false`) would otherwise leave "false" as an argument cobra
+		// ignores, and run with the flag's default.
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 			cfg, err := restConfig(kubeconfig)
