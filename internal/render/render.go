@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"maps"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -183,6 +184,7 @@ func agentContainer(s *lullv1.Session, a *lullv1.AgentSpec) corev1.Container {
 	return corev1.Container{
 		Name:          lullv1.AgentContainerName,
 		Image:         image,
+		Command:       legacyAgentCommand(image),
 		Args:          agentArgs(a),
 		Env:           lullEnv(s),
 		Resources:     a.Resources,
@@ -200,6 +202,34 @@ func agentContainer(s *lullv1.Session, a *lullv1.AgentSpec) corev1.Container {
 			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 	}
+}
+
+// LegacyAgentRepository is the image repository the CRD defaulted
+// spec.agent.image to before the lull-agent image: the whole `lull` binary,
+// whose sidecar is its `agent` command.
+const LegacyAgentRepository = "ghcr.io/lull-dev/lull"
+
+// legacyAgentCommand returns the command of a sidecar whose image is in
+// LegacyAgentRepository: `lull agent`, as lull rendered it before; nil (the
+// image's entrypoint) for any other image. A CRD default is stored in the
+// object, so every template created with `agent: {}` before the lull-agent
+// image still names the former default; without its command, its sidecar
+// would run that image's entrypoint with the agent's flags and never
+// start, and an upgrade of the controller would drain every agent session
+// into such a pod. With it, those pods render exactly as before, and the
+// upgrade replaces none of them (docs/templates.md).
+func legacyAgentCommand(image string) []string {
+	repo := image
+	if i := strings.IndexByte(repo, '@'); i >= 0 {
+		repo = repo[:i]
+	}
+	if i := strings.LastIndexByte(repo, ':'); i > strings.LastIndexByte(repo, '/') {
+		repo = repo[:i]
+	}
+	if repo != LegacyAgentRepository {
+		return nil
+	}
+	return []string{"lull", "agent"}
 }
 
 // agentVolumes are the sidecar's volumes: the socket directory it shares
