@@ -141,7 +141,8 @@ func grantsDrifted(existing, desired client.Object) bool {
 	case *rbacv1.Role:
 		return !equality.Semantic.DeepEqual(e.Rules, desired.(*rbacv1.Role).Rules)
 	case *rbacv1.RoleBinding:
-		return !equality.Semantic.DeepEqual(e.Subjects, desired.(*rbacv1.RoleBinding).Subjects)
+		d := desired.(*rbacv1.RoleBinding)
+		return e.RoleRef != d.RoleRef || !equality.Semantic.DeepEqual(e.Subjects, d.Subjects)
 	}
 	return false
 }
@@ -173,6 +174,9 @@ func ensureIdentity(ctx context.Context, c client.Client, live client.Reader, s 
 		return err
 	}
 	if err := ensure(ctx, c, live, s, render.Role(s), &rbacv1.Role{}, "Role", func(dst, src *rbacv1.Role) { dst.Rules = src.Rules }); err != nil {
+		return err
+	}
+	if err := deleteRebound(ctx, c, live, s, render.RoleBinding(s)); err != nil {
 		return err
 	}
 	return ensure(ctx, c, live, s, render.RoleBinding(s), &rbacv1.RoleBinding{}, "RoleBinding", func(dst, src *rbacv1.RoleBinding) {
@@ -250,4 +254,37 @@ func claimNames(sts *appsv1.StatefulSet) []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// deleteRebound deletes the session's RoleBinding when it is the session's
+// but binds another role than desired's: a second writer deleted it and
+// created it again under its name (lull's labels, spec hash, owner and
+// subjects copied) bound to, say, ClusterRole admin, which would give the
+// runtime that role in the namespace. roleRef cannot be changed in place,
+// so it is deleted, with a UID precondition (a 404 or 409 is a no-op), and
+// ensure creates lull's own. The decision is read from the API server, not
+// the cache.
+func deleteRebound(ctx context.Context, c client.Client, live client.Reader, s *lullv1.Session, desired *rbacv1.RoleBinding) error {
+	rb := &rbacv1.RoleBinding{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(desired), rb); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if rb.RoleRef == desired.RoleRef || !metav1.IsControlledBy(rb, s) {
+		return nil
+	}
+	if err := live.Get(ctx, client.ObjectKeyFromObject(desired), rb); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if rb.RoleRef == desired.RoleRef || !metav1.IsControlledBy(rb, s) {
+		return nil
+	}
+	uid := rb.UID
+	err := c.Delete(ctx, rb, client.Preconditions{UID: &uid})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("delete RoleBinding %s bound to %s %s: %w", rb.Name, rb.RoleRef.Kind, rb.RoleRef.Name, err)
+	}
+	return nil
 }
