@@ -1,7 +1,10 @@
 package dev
 
 import (
+	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -20,19 +23,36 @@ var harnessUsers = []string{
 
 func under(path, root string) bool { return path == root || strings.HasPrefix(path, root+"/") }
 
-// TestProductionImportsNoHarness lists every package of the module with its
-// imports (tests' imports apart) and fails for a package outside
-// harnessUsers that imports a package under internal/dev.
+// TestProductionImportsNoHarness lists every package of the module with
+// everything it depends on (tests' imports apart) and fails for a package
+// outside harnessUsers that depends on a package under internal/dev,
+// directly or through another package (one of harnessUsers, say).
 func TestProductionImportsNoHarness(t *testing.T) {
-	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "lull.dev/lull/...").Output()
+	leaks, production := harnessLeaks(t)
+	for _, l := range leaks {
+		t.Errorf("%s: production code must not depend on the harness", l)
+	}
+	if production < 10 {
+		t.Fatalf("only %d production packages listed: the test proves nothing", production)
+	}
+}
+
+// harnessLeaks lists every package of the module (go list, with the extra
+// arguments given) and returns, for each package outside harnessUsers,
+// the packages under internal/dev it depends on, and the number of such
+// production packages.
+func harnessLeaks(t *testing.T, goList ...string) (leaks []string, production int) {
+	t.Helper()
+	// .Deps, not .Imports: a harness package reached through another
+	// package is linked all the same.
+	args := append(append([]string{"list"}, goList...), "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, "lull.dev/lull/...")
+	out, err := exec.Command("go", args...).Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	production := 0
-	for _, line := range lines {
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)
-		pkg, imports := fields[0], fields[1:]
+		pkg, deps := fields[0], fields[1:]
 		user := false
 		for _, u := range harnessUsers {
 			user = user || under(pkg, u)
@@ -41,14 +61,46 @@ func TestProductionImportsNoHarness(t *testing.T) {
 			continue
 		}
 		production++
-		for _, imp := range imports {
-			if under(imp, "lull.dev/lull/internal/dev") {
-				t.Errorf("%s imports %s: production code must not depend on the harness", pkg, imp)
+		for _, d := range deps {
+			if under(d, "lull.dev/lull/internal/dev") {
+				leaks = append(leaks, pkg+" depends on "+d)
 			}
 		}
 	}
-	if production < 10 {
-		t.Fatalf("only %d production packages listed: the test proves nothing", production)
+	return leaks, production
+}
+
+// TestProductionImportsNoHarnessThroughAnotherPackage: a production
+// package that imports a package allowed to use the harness (the
+// reference runtime's turnrunner, the CLI) links the harness as surely as
+// one that imports it directly. A file planted (through an overlay) in a
+// production package that no binary links, importing examples/turnrunner,
+// must be found.
+func TestProductionImportsNoHarnessThroughAnotherPackage(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.Dir}}", "lull.dev/lull/internal/catalog/catalogtest").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dir, tmp := strings.TrimSpace(string(out)), t.TempDir()
+	leak := filepath.Join(tmp, "leak.go")
+	if err := os.WriteFile(leak, []byte("package catalogtest\n\nimport _ \"lull.dev/lull/examples/turnrunner\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(dir, "zz_leak.go"): leak}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ov := filepath.Join(tmp, "overlay.json")
+	if err := os.WriteFile(ov, overlay, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	leaks, _ := harnessLeaks(t, "-overlay="+ov)
+	found := false
+	for _, l := range leaks {
+		found = found || strings.HasPrefix(l, "lull.dev/lull/internal/catalog/catalogtest depends on lull.dev/lull/internal/dev/")
+	}
+	if !found {
+		t.Errorf("catalogtest importing examples/turnrunner (which imports internal/dev) not reported; leaks found: %v", leaks)
 	}
 }
 
