@@ -176,13 +176,33 @@ func ensureIdentity(ctx context.Context, c client.Client, live client.Reader, s 
 	if err := ensure(ctx, c, live, s, render.Role(s), &rbacv1.Role{}, "Role", func(dst, src *rbacv1.Role) { dst.Rules = src.Rules }); err != nil {
 		return err
 	}
-	if err := deleteRebound(ctx, c, live, s, render.RoleBinding(s)); err != nil {
-		return err
-	}
-	return ensure(ctx, c, live, s, render.RoleBinding(s), &rbacv1.RoleBinding{}, "RoleBinding", func(dst, src *rbacv1.RoleBinding) {
+	desired := render.RoleBinding(s)
+	return ensureWith(ctx, c, live, s, desired, &rbacv1.RoleBinding{}, "RoleBinding", func(dst, src *rbacv1.RoleBinding) {
 		dst.Subjects = src.Subjects
 		dst.RoleRef = src.RoleRef
-	})
+	}, func(existing *rbacv1.RoleBinding) error { return deleteRebound(ctx, c, existing, desired) })
+}
+
+// deleteRebound deletes the session's RoleBinding, as the API server has
+// it (existing; empty before a create), when it binds another role than
+// desired: a second writer deleted it and created it again under its name
+// (lull's labels, spec hash, owner and subjects copied, or its
+// lull.dev/session-uid label, from which the reaper restores the owner)
+// bound to, say, ClusterRole admin, which would give the runtime that role
+// in the namespace. roleRef cannot be changed in place (the API server
+// refuses the patch), so it is deleted with a UID precondition (a 404 or
+// 409 is a no-op) and the returned error stops this write; the next
+// reconcile, which the deletion triggers, creates lull's own.
+func deleteRebound(ctx context.Context, c client.Client, existing, desired *rbacv1.RoleBinding) error {
+	if existing.ResourceVersion == "" || existing.RoleRef == desired.RoleRef { // empty: before a create
+		return nil
+	}
+	uid := existing.UID
+	err := c.Delete(ctx, existing, client.Preconditions{UID: &uid})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete RoleBinding %s bound to %s %s: %w", existing.Name, existing.RoleRef.Kind, existing.RoleRef.Name, err)
+	}
+	return fmt.Errorf("RoleBinding %s was bound to %s %s, not the runtime's Role: deleted, to be created anew", existing.Name, existing.RoleRef.Kind, existing.RoleRef.Name)
 }
 
 // ensureService makes the session's headless Service.
@@ -254,37 +274,4 @@ func claimNames(sts *appsv1.StatefulSet) []string {
 	}
 	slices.Sort(names)
 	return names
-}
-
-// deleteRebound deletes the session's RoleBinding when it is the session's
-// but binds another role than desired's: a second writer deleted it and
-// created it again under its name (lull's labels, spec hash, owner and
-// subjects copied) bound to, say, ClusterRole admin, which would give the
-// runtime that role in the namespace. roleRef cannot be changed in place,
-// so it is deleted, with a UID precondition (a 404 or 409 is a no-op), and
-// ensure creates lull's own. The decision is read from the API server, not
-// the cache.
-func deleteRebound(ctx context.Context, c client.Client, live client.Reader, s *lullv1.Session, desired *rbacv1.RoleBinding) error {
-	rb := &rbacv1.RoleBinding{}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(desired), rb); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if rb.RoleRef == desired.RoleRef || !metav1.IsControlledBy(rb, s) {
-		return nil
-	}
-	if err := live.Get(ctx, client.ObjectKeyFromObject(desired), rb); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if rb.RoleRef == desired.RoleRef || !metav1.IsControlledBy(rb, s) {
-		return nil
-	}
-	uid := rb.UID
-	err := c.Delete(ctx, rb, client.Preconditions{UID: &uid})
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("delete RoleBinding %s bound to %s %s: %w", rb.Name, rb.RoleRef.Kind, rb.RoleRef.Name, err)
-	}
-	return nil
 }
