@@ -8,8 +8,10 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/render"
@@ -80,5 +82,63 @@ func TestWidenedRuntimeIdentityIsRestored(t *testing.T) {
 	}
 	if role.ResourceVersion != roleRV || binding.ResourceVersion != bindingRV {
 		t.Errorf("restored Role or RoleBinding written again after a reconcile: resourceVersions %s→%s, %s→%s", roleRV, role.ResourceVersion, bindingRV, binding.ResourceVersion)
+	}
+}
+
+// A second writer who deletes the runtime's RoleBinding and creates it
+// again under its name, lull's labels, annotations, owner and subjects
+// copied, but bound to ClusterRole admin (roleRef cannot be edited in
+// place), would give the runtime admin in the namespace. The controller
+// deletes that RoleBinding and creates its own, then leaves it alone.
+func TestRuntimeRoleBindingRecreatedWithAnotherRoleIsReplaced(t *testing.T) {
+	t.Parallel()
+	ns := startManager(t)
+	ctx := t.Context()
+	n := runs.Add(1)
+	tpl := newTemplate(ns, fmt.Sprintf("rebind-tpl%d", n), "example.com/runtime:v1")
+	if err := admin.Create(ctx, tpl); err != nil {
+		t.Fatal(err)
+	}
+	s := newSession(ns, fmt.Sprintf("rebind-s%d", n), tpl.Name)
+	if err := admin.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	key := types.NamespacedName{Namespace: ns, Name: lullv1.RuntimeIdentityName(s.Name)}
+	want := render.RoleBinding(s)
+	eventually(t, 10*time.Second, "the runtime's RoleBinding rendered", func(ctx context.Context) error {
+		return admin.Get(ctx, key, &rbacv1.RoleBinding{})
+	})
+	// Delete lull's and create the rebound one; the controller may recreate
+	// its own in between (then the create meets AlreadyExists: again).
+	eventually(t, 10*time.Second, "the rebound RoleBinding in place", func(ctx context.Context) error {
+		cur := &rbacv1.RoleBinding{}
+		if err := admin.Get(ctx, key, cur); err == nil {
+			if err := admin.Delete(ctx, cur); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+		rogue := want.DeepCopy()
+		rogue.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "admin"}
+		rogue.OwnerReferences = []metav1.OwnerReference{{APIVersion: lullv1.GroupVersion.String(), Kind: "Session", Name: s.Name, UID: s.UID,
+			Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
+		return admin.Create(ctx, rogue)
+	})
+	binding := &rbacv1.RoleBinding{}
+	eventually(t, 10*time.Second, "the runtime's RoleBinding bound to its Role again", func(ctx context.Context) error {
+		if err := admin.Get(ctx, key, binding); err != nil {
+			return err
+		}
+		if binding.RoleRef != want.RoleRef || !equality.Semantic.DeepEqual(binding.Subjects, want.Subjects) {
+			return fmt.Errorf("RoleBinding roleRef %+v, subjects %+v", binding.RoleRef, binding.Subjects)
+		}
+		return nil
+	})
+	rv := binding.ResourceVersion
+	time.Sleep(2 * time.Second)
+	if err := admin.Get(ctx, key, binding); err != nil {
+		t.Fatal(err)
+	}
+	if binding.ResourceVersion != rv {
+		t.Errorf("restored RoleBinding written again: resourceVersion %s→%s", rv, binding.ResourceVersion)
 	}
 }
