@@ -17,7 +17,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"maps"
-	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -27,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/catalog"
 )
 
 // AnnotationSpecHash on a rendered object holds the hash of the spec lull
@@ -219,14 +219,7 @@ const LegacyAgentRepository = "ghcr.io/lull-dev/lull"
 // into such a pod. With it, those pods render exactly as before, and the
 // upgrade replaces none of them (docs/templates.md).
 func legacyAgentCommand(image string) []string {
-	repo := image
-	if i := strings.IndexByte(repo, '@'); i >= 0 {
-		repo = repo[:i]
-	}
-	if i := strings.LastIndexByte(repo, ':'); i > strings.LastIndexByte(repo, '/') {
-		repo = repo[:i]
-	}
-	if repo != LegacyAgentRepository {
+	if catalog.Parse(image).Repository != LegacyAgentRepository {
 		return nil
 	}
 	return []string{"lull", "agent"}

@@ -65,7 +65,7 @@ func run(m *testing.M) int {
 	}
 	auditCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if auditor, err = audit.Start(auditCtx, env.Cluster.Config); err != nil {
+	if auditor, err = audit.Start(auditCtx, env.Cluster.EtcdURL); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}

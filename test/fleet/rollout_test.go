@@ -23,7 +23,7 @@ import (
 func TestFleetRollout(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	auditor, err := audit.Start(ctx, env.Cluster.Config)
+	auditor, err := audit.Start(ctx, env.Cluster.EtcdURL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,6 +50,8 @@ var (
 	adminConfig *rest.Config
 	// admin is a client with adminConfig and lull's scheme.
 	admin client.WithWatch
+	// etcdURL is the client URL of the API server's etcd.
+	etcdURL string
 )
 
 // logEnv, when set to 1, sends the controller's and client-go's logs to
@@ -90,6 +92,7 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "FAIL: start envtest (kube-apiserver and etcd from %s; run `make tools` if they are missing or broken): %v\n", assets, err)
 		return 1
 	}
+	etcdURL = env.ControlPlane.Etcd.URL.String()
 	defer func() {
 		if err := env.Stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "integration: stop envtest: %v\n", err)

@@ -10,17 +10,17 @@
 //   - a drain request ID issued twice for one pod.
 //
 // It trusts neither the controller nor the runtime: the journal is written
-// by the runtime process around its work, the deletions and reports come
-// from the API server. It shares no decision code with the controller
-// either: rules.go is its own reading of docs/protocol.md.
+// by the runtime process around its work, the deletions and reports are
+// read from etcd, the store behind the API server, where every write is
+// kept in order (store.go says why not through the API server's watch).
+// It shares no decision code with the controller either: rules.go is its
+// own reading of docs/protocol.md.
 package audit
 
 import (
 	"context"
 	"fmt"
 	"maps"
-	"math"
-	"net/http"
 	"sort"
 	"strconv"
 	"sync"
@@ -31,10 +31,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
-	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/dev/journal"
@@ -46,7 +42,7 @@ type Deletion struct {
 	Namespace, Session, Pod string
 	PodUID                  types.UID
 	// At is when the auditor first saw the deletion (deletionTimestamp set
-	// or the pod gone).
+	// or the pod gone) in etcd.
 	At time.Time
 	// Failed: the pod was terminal or its runtime container could not start.
 	Failed bool
@@ -72,16 +68,6 @@ type Deletion struct {
 	RequestID string
 	// Detail says what the auditor saw of the pod's runtime.
 	Detail string
-	// Unobserved: the auditor's watch was down when the pod went (an API
-	// server restart) and it learned of the deletion from a relist. When
-	// the deletion happened is then unknown, so every report seen before
-	// the relist counts as before it; the journal's turn check, which does
-	// not depend on the watch, still judges the pod.
-	Unobserved bool
-	// AfterGap: the auditor's watch broke between the last version of the
-	// session it saw before the deletion and the deletion, and the first
-	// version after the break was judged as before it (see JudgingRV).
-	AfterGap bool
 
 	rv  uint64      // resourceVersion of the first write that showed the deletion
 	pod *corev1.Pod // the pod as last seen before the deletion
@@ -92,8 +78,6 @@ type Deletion struct {
 
 // Auditor records deletions and reports while it runs.
 type Auditor struct {
-	cache ctrlcache.Cache
-
 	mu        sync.Mutex
 	pods      map[types.UID]*corev1.Pod
 	sightings map[types.NamespacedName][]Sighting // every version of each session, reduced
@@ -103,8 +87,8 @@ type Auditor struct {
 	expired   map[types.UID]expiredTurns // highest expiredTurns reported per pod
 	deletions map[types.UID]*Deletion
 	exempt    map[types.UID]string
-	// breaks are when a watch of the auditor broke (see JudgingRV).
-	breaks []time.Time
+	// lost says what the auditor missed (see watchStore); Check fails.
+	lost []string
 }
 
 type nsViolation struct{ namespace, msg string }
@@ -133,84 +117,19 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// Start begins watching pods and sessions; it returns once the caches have
-// synced. The auditor runs until ctx is done.
-func Start(ctx context.Context, cfg *rest.Config) (*Auditor, error) {
+// Start lists and then watches pods and sessions in the etcd at etcdURL
+// (the local control plane's, devcluster.Cluster.EtcdURL); it returns once
+// what is stored is read. The auditor runs until ctx is done.
+func Start(ctx context.Context, etcdURL string) (*Auditor, error) {
 	scheme, err := Scheme()
 	if err != nil {
 		return nil, err
 	}
 	a := newAuditor()
-	// A restarting API server closes the watches; the reflectors' requests
-	// to re-establish them fail until it is back. Every failed request
-	// marks a break: versions written until the watches are back are not
-	// seen.
-	cfg = rest.CopyConfig(cfg)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-			resp, err := rt.RoundTrip(req)
-			if err != nil || resp.StatusCode >= 500 {
-				a.watchBroke(time.Now())
-			}
-			return resp, err
-		})
-	})
-	c, err := ctrlcache.New(cfg, ctrlcache.Options{Scheme: scheme,
-		DefaultWatchErrorHandler: func(ctx context.Context, r *cache.Reflector, err error) {
-			a.watchBroke(time.Now())
-			cache.DefaultWatchErrorHandler(ctx, r, err)
-		}})
-	if err != nil {
+	if err := a.watchStore(ctx, etcdURL, newStore(scheme)); err != nil {
 		return nil, err
-	}
-	a.cache = c
-	podInf, err := c.GetInformer(ctx, &corev1.Pod{})
-	if err != nil {
-		return nil, err
-	}
-	sessInf, err := c.GetInformer(ctx, &lullv1.Session{})
-	if err != nil {
-		return nil, err
-	}
-	if _, err := sessInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { a.session(o) },
-		UpdateFunc: func(_, o any) { a.session(o) },
-	}); err != nil {
-		return nil, err
-	}
-	if _, err := podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { a.pod(o, false) },
-		UpdateFunc: func(_, o any) { a.pod(o, false) },
-		DeleteFunc: func(o any) { a.pod(o, true) },
-	}); err != nil {
-		return nil, err
-	}
-	go func() { _ = c.Start(ctx) }()
-	if !c.WaitForCacheSync(ctx) {
-		return nil, fmt.Errorf("audit: caches did not sync")
 	}
 	return a, nil
-}
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-// watchBroke records that a watch of the auditor's broke at t: versions
-// written until it is re-established are not seen.
-func (a *Auditor) watchBroke(t time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if n := len(a.breaks); n > 0 && t.Sub(a.breaks[n-1]) < 500*time.Millisecond {
-		return // one mark per half second is enough to place a gap
-	}
-	a.breaks = append(a.breaks, t)
-}
-
-func (a *Auditor) session(o any) {
-	if s, ok := o.(*lullv1.Session); ok {
-		a.observeSession(s, time.Now())
-	}
 }
 
 // observeSession records one version of a session: its sighting for the
@@ -237,20 +156,10 @@ func (a *Auditor) observeSession(s *lullv1.Session, now time.Time) {
 	}
 }
 
-func (a *Auditor) pod(o any, gone bool) {
-	unobserved := false
-	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
-		o, gone, unobserved = t.Obj, true, true
-	}
-	if pod, ok := o.(*corev1.Pod); ok {
-		a.observePod(pod, gone, unobserved, time.Now())
-	}
-}
-
 // observePod records a session pod, and its deletion the first time a
 // deletion shows: a delete, or a scale to zero, which the StatefulSet
 // controller carries out as a delete.
-func (a *Auditor) observePod(pod *corev1.Pod, gone, unobserved bool, now time.Time) {
+func (a *Auditor) observePod(pod *corev1.Pod, gone bool, now time.Time) {
 	name := pod.Labels[lullv1.LabelSession]
 	if name == "" {
 		return
@@ -276,10 +185,6 @@ func (a *Auditor) observePod(pod *corev1.Pod, gone, unobserved bool, now time.Ti
 		// deletionTimestamp is then plus the grace period): a deadline is
 		// judged on it, not on when the auditor happened to see it.
 		d.madeAt = ts.Add(-time.Duration(*grace) * time.Second)
-	}
-	if unobserved {
-		// pod is its last version seen before the gap, not the deletion.
-		d.rv, d.Unobserved = math.MaxUint64, true
 	}
 	a.deletions[pod.UID] = d
 }
@@ -308,27 +213,23 @@ func (a *Auditor) Deletions() []Deletion {
 	defer a.mu.Unlock()
 	out := make([]Deletion, 0, len(a.deletions))
 	for _, d := range a.deletions {
-		out = append(out, judge(*d, a.sightings[types.NamespacedName{Namespace: d.Namespace, Name: d.Session}], a.breaks))
+		out = append(out, judge(*d, a.sightings[types.NamespacedName{Namespace: d.Namespace, Name: d.Session}]))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
 	return out
 }
 
 // judge fills in the rules' findings on d.
-func judge(d Deletion, sightings []Sighting, breaks []time.Time) Deletion {
+func judge(d Deletion, sightings []Sighting) Deletion {
 	pod := d.pod
 	if pod == nil {
 		pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: d.PodUID}}
-	}
-	rv := d.rv
-	if !d.Unobserved {
-		rv, d.AfterGap = JudgingRV(sightings, d.rv, d.At, breaks)
 	}
 	at := d.At
 	if !d.madeAt.IsZero() && d.madeAt.Before(at) {
 		at = d.madeAt
 	}
-	g := Judge(pod, rv, at, sightings)
+	g := Judge(pod, d.rv, at, sightings)
 	d.Drained, d.DrainedAt, d.RequestID = g.Drained, g.DrainedAt, g.RequestID
 	d.Failed, d.FailedReason, d.NeverStarted, d.Forced, d.Detail = g.Failed, g.FailedReason, g.NeverStarted, g.Forced, g.Detail
 	d.DeadlinePassed = g.DeadlinePassed
@@ -346,19 +247,16 @@ type Report struct {
 	// ended: per pod, the highest status.runtime.expiredTurns reported,
 	// summed. Not a violation by itself.
 	ExpiredTurns int64
-	// Unobserved counts deletions learned from a relist (see
-	// Deletion.Unobserved).
-	Unobserved int
-	// AfterGap counts deletions judged on a version of their session seen
-	// after a watch break (see Deletion.AfterGap).
-	AfterGap   int
-	Violations []string
+	Violations   []string
 }
 
 // Check reads the journals in journalDir and judges every deletion seen in
 // namespace ns (all namespaces when ns is empty). Under a Drain policy, any
 // violation fails the run.
 func (a *Auditor) Check(journalDir, ns string) (Report, error) {
+	if err := a.lostErr(); err != nil {
+		return Report{}, fmt.Errorf("%w: the run cannot be judged", err)
+	}
 	entries, err := journal.ReadDir(journalDir)
 	if err != nil {
 		return Report{}, err
@@ -401,12 +299,6 @@ func (a *Auditor) Check(journalDir, ns string) (Report, error) {
 		}
 		r.Deletions = append(r.Deletions, d)
 		deleted[d.PodUID] = d
-		if d.Unobserved {
-			r.Unobserved++
-		}
-		if d.AfterGap {
-			r.AfterGap++
-		}
 		if v := DeletionViolation(d); v != "" {
 			r.Violations = append(r.Violations, v)
 		}
@@ -417,6 +309,3 @@ func (a *Auditor) Check(journalDir, ns string) (Report, error) {
 	r.Violations = append(r.Violations, reused...)
 	return r, nil
 }
-
-// Client returns a reader over the auditor's caches.
-func (a *Auditor) Client() client.Reader { return a.cache }

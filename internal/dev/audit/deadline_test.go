@@ -11,8 +11,7 @@ import (
 )
 
 // A deletion made before the drain request's deadline is too early, even
-// when the auditor sees it only after the deadline (watch latency, or a
-// watch break during which it was made). The API server stamps when the
+// when the auditor sees it only after the deadline (watch latency). The API server stamps when the
 // delete was made: deletionTimestamp minus deletionGracePeriodSeconds.
 // Judging the deadline on the auditor's own clock lets a deletion five
 // seconds early pass.
@@ -28,7 +27,7 @@ func TestDeadlineJudgedOnWhenTheDeleteWasMade(t *testing.T) {
 
 	pod := runningPod("p")
 	pod.ResourceVersion = "11"
-	a.observePod(pod, false, false, t0.Add(time.Second))
+	a.observePod(pod, false, t0.Add(time.Second))
 
 	// Deleted 5 s before the deadline with a 30 s grace period; the auditor
 	// sees it 2 s after the deadline.
@@ -36,7 +35,7 @@ func TestDeadlineJudgedOnWhenTheDeleteWasMade(t *testing.T) {
 	deleted.ResourceVersion = "20"
 	deleted.DeletionTimestamp = &metav1.Time{Time: deadline.Add(-5 * time.Second).Add(30 * time.Second)}
 	deleted.DeletionGracePeriodSeconds = ptr.To[int64](30)
-	a.observePod(deleted, false, false, deadline.Add(2*time.Second))
+	a.observePod(deleted, false, deadline.Add(2*time.Second))
 
 	ds := a.Deletions()
 	if len(ds) != 1 {
@@ -72,7 +71,7 @@ func TestDeadlineAddedToAnOutstandingRequest(t *testing.T) {
 			a := newAuditor()
 			pod := runningPod("p")
 			pod.ResourceVersion = "5"
-			a.observePod(pod, false, false, at(1))
+			a.observePod(pod, false, at(1))
 
 			s := &lullv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", ResourceVersion: "10"}}
 			s.Status.Drain = request("p", "update-a", 1)
@@ -93,7 +92,7 @@ func TestDeadlineAddedToAnOutstandingRequest(t *testing.T) {
 			// The API server stores the deletionTimestamp to the second.
 			deleted.DeletionTimestamp = &metav1.Time{Time: tc.deletedAt.Add(30 * time.Second).Truncate(time.Second)}
 			deleted.DeletionGracePeriodSeconds = ptr.To[int64](30)
-			a.observePod(deleted, false, false, tc.deletedAt.Add(time.Millisecond))
+			a.observePod(deleted, false, tc.deletedAt.Add(time.Millisecond))
 
 			ds := a.Deletions()
 			if len(ds) != 1 {

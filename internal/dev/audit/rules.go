@@ -27,10 +27,6 @@ package audit
 //     deletion came after it (DeadlinePassedBefore): the runtime was told
 //     when its pod would go (the Replace strategy, onDrainTimeout Replace).
 //
-// A deletion whose session versions fell into a break of the auditor's
-// watch cannot be judged by these rules; it is counted as unverifiable
-// (JudgingRV), and its turns are still judged from the journal.
-//
 // Independently of deletions, a drain request ID issued twice for one pod
 // is a violation (RequestLedger).
 
@@ -278,41 +274,6 @@ func DeadlinePassedBefore(sightings []Sighting, pod types.UID, deletionRV uint64
 	return d != nil && d.PodUID == pod && d.Deadline != nil && !at.Before(d.Deadline.Time)
 }
 
-// JudgingRV returns the resourceVersion a deletion is judged before, and
-// whether the auditor's watch broke (an API server restart) after the last
-// version of the session it saw before the deletion and before it saw the
-// deletion (at). Then the session's versions in between are lost: the
-// report that allowed the deletion may be among them. The first version
-// seen after the break is judged as before the deletion when it is later
-// than it (it may still hold that report), and the deletion is counted as
-// unverifiable rather than a violation (Deletion.AfterGap), as a deletion
-// learned from a relist is judged without its own version
-// (Deletion.Unobserved). The journal's turn check, which needs no watch,
-// still judges its turns: a turn it interrupted is a violation.
-func JudgingRV(sightings []Sighting, deletionRV uint64, at time.Time, breaks []time.Time) (rv uint64, gap bool) {
-	var lastAt time.Time
-	if seen := before(sightings, deletionRV); len(seen) > 0 {
-		lastAt = seen[len(seen)-1].At
-	}
-	rv = deletionRV
-	for _, b := range breaks {
-		if b.Before(lastAt) || b.After(at) {
-			continue
-		}
-		gap = true
-		var first *Sighting
-		for i := range sightings {
-			if s := &sightings[i]; !s.At.Before(b) && (first == nil || s.At.Before(first.At)) {
-				first = s
-			}
-		}
-		if first != nil && first.RV >= rv {
-			rv = first.RV + 1
-		}
-	}
-	return rv, gap
-}
-
 // Grounds are what Judge found for one deletion.
 type Grounds struct {
 	Drained      bool
@@ -358,7 +319,7 @@ func Judge(pod *corev1.Pod, deletionRV uint64, at time.Time, sightings []Sightin
 
 // DeletionViolation returns the violation d is, or "" when a rule allows it.
 func DeletionViolation(d Deletion) string {
-	if d.Exempt != "" || d.Drained || d.Failed || d.NeverStarted || d.Forced || d.DeadlinePassed || d.AfterGap {
+	if d.Exempt != "" || d.Drained || d.Failed || d.NeverStarted || d.Forced || d.DeadlinePassed {
 		return ""
 	}
 	return fmt.Sprintf("pod %s/%s (%s) was deleted at %s without a matching Drained report, not failed, started, not forced, before any deadline (%s)",

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/dev/journal"
 )
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -233,52 +232,5 @@ func TestRequestLedger(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// A watch break between the last version of a session seen before a
-// deletion and the deletion: the first version seen after the break is
-// judged as before the deletion, and the deletion is unverifiable, not a
-// violation; without a break in that window, it is judged as usual.
-func TestJudgingRV(t *testing.T) {
-	req := request("p", "update-a", 1)
-	draining := Sighting{RV: 10, At: t0, Drain: req, Runtime: report("p", "update-a", lullv1.RuntimeDraining, 1)}
-	afterRestart := Sighting{RV: 150, At: t0.Add(20 * time.Second), Drain: req, Runtime: report("p", "update-a", lullv1.RuntimeDrained, 0)}
-	nextPod := Sighting{RV: 160, At: t0.Add(20 * time.Second), Runtime: report("q", "", lullv1.RuntimeServing, 0)}
-	const deletionRV = 100
-	seen := t0.Add(15 * time.Second)
-	brk := []time.Time{t0.Add(5 * time.Second)}
-
-	rv, gap := JudgingRV([]Sighting{draining, afterRestart}, deletionRV, seen, brk)
-	if !gap || rv != 151 {
-		t.Fatalf("with a break: rv %d gap %v, want 151 true", rv, gap)
-	}
-	if g := Judge(runningPod("p"), rv, seen, []Sighting{draining, afterRestart}); !g.Drained {
-		t.Errorf("the Drained report seen after the break does not allow the deletion")
-	}
-	// The first version after the break already shows the next pod: the
-	// evidence is lost; unverifiable, not a violation.
-	rv, gap = JudgingRV([]Sighting{draining, nextPod}, deletionRV, seen, brk)
-	d := Deletion{Namespace: "ns", Pod: "s-0", PodUID: "p", At: seen, AfterGap: gap}
-	g := Judge(runningPod("p"), rv, seen, []Sighting{draining, nextPod})
-	d.Drained = g.Drained
-	if !gap || DeletionViolation(d) != "" {
-		t.Errorf("gap %v, violation %q: want an unverifiable deletion", gap, DeletionViolation(d))
-	}
-	if v := JudgeTurns([]journal.Turn{{PodUID: "p", Turn: 1, Began: t0}}, map[types.UID]Deletion{"p": d}); len(v.Violations) != 1 {
-		t.Errorf("a turn the unverifiable deletion interrupted is not a violation: %v", v.Violations)
-	}
-
-	for name, breaks := range map[string][]time.Time{
-		"no break":                            nil,
-		"a break before the last version":     {t0.Add(-time.Second)},
-		"a break after the deletion was seen": {seen.Add(time.Second)},
-	} {
-		if rv, gap := JudgingRV([]Sighting{draining, afterRestart}, deletionRV, seen, breaks); gap || rv != deletionRV {
-			t.Errorf("%s: rv %d gap %v, want the deletion's own", name, rv, gap)
-		}
-		if g := Judge(runningPod("p"), deletionRV, seen, []Sighting{draining, afterRestart}); g.Drained {
-			t.Errorf("%s: a report written after the deletion allowed it", name)
-		}
 	}
 }

@@ -161,7 +161,7 @@ func Run(ctx context.Context, env *localenv.Env, o Options) (_ Result, err error
 	}
 	phase("raw rollout floor", start)
 
-	auditor, err := audit.Start(ctx, env.Cluster.Config)
+	auditor, err := audit.Start(ctx, env.Cluster.EtcdURL)
 	if err != nil {
 		return r, err
 	}

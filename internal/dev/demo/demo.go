@@ -196,7 +196,7 @@ func connect(ctx context.Context, env *localenv.Env) (client.Client, *audit.Audi
 	if err != nil {
 		return nil, nil, err
 	}
-	auditor, err := audit.Start(ctx, env.Cluster.Config)
+	auditor, err := audit.Start(ctx, env.Cluster.EtcdURL)
 	if err != nil {
 		return nil, nil, err
 	}
