@@ -1,5 +1,5 @@
 // Package audit is an independent check of a rollout. It watches pod
-// deletions and session reports through its own informers, reads the
+// deletions and session reports in the cluster's store, reads the
 // runtimes' turn journals, and reports every deletion that broke the drain
 // protocol:
 //
