@@ -6,7 +6,7 @@ GO        ?= go
 LULL      := bin/lull
 TOOLS     := hack/build-tools.sh
 
-.PHONY: all build images tools generate verify-generated test test-unit test-integration test-e2e demo dev bench fuzz chaos
+.PHONY: all build images tools generate chart-sources verify-generated test test-unit test-integration test-e2e demo dev bench fuzz chaos
 
 all: build
 
@@ -29,10 +29,24 @@ generate:
 	$(GO) tool controller-gen object paths=./api/...
 	$(GO) tool controller-gen crd:generateEmbeddedObjectMeta=true paths=./api/... output:crd:dir=config/crd/bases
 	$(GO) tool controller-gen rbac:roleName=lull-controller paths=./internal/... output:rbac:dir=config/rbac
+	$(MAKE) chart-sources
 
-# Fails when the committed CRDs, RBAC or deepcopy code differ from the markers.
+# The Helm chart ships the same CRDs, ClusterRole rules, leader-election
+# rules and admission policies as config/: copied here byte for byte (Helm
+# reads only files inside the chart), never edited in the chart.
+CHART := charts/lull
+chart-sources:
+	rm -rf $(CHART)/crds $(CHART)/files
+	mkdir -p $(CHART)/crds $(CHART)/files/rbac $(CHART)/files/admission
+	cp config/crd/bases/*.yaml $(CHART)/crds/
+	cp config/rbac/role.yaml config/rbac/leader_election_role.yaml $(CHART)/files/rbac/
+	cp $$(ls config/admission/*.yaml | grep -v /kustomization.yaml) $(CHART)/files/admission/
+
+# Fails when the committed CRDs, RBAC, deepcopy code or the chart's copies
+# of them differ from the markers and config/.
 verify-generated: generate
-	git diff --exit-code -- api config || (echo "generated files are stale: run 'make generate' and commit"; exit 1)
+	git diff --exit-code -- api config $(CHART) || (echo "generated files are stale: run 'make generate' and commit"; exit 1)
+	test -z "$$(git status --porcelain -- $(CHART)/crds $(CHART)/files)" || (echo "charts/lull has generated files not committed: run 'make generate' and commit"; exit 1)
 
 demo: tools build
 	$(LULL) dev --demo
