@@ -129,21 +129,25 @@ func CountFleet(templates []lullv1.SessionTemplate, sessions []lullv1.Session) F
 }
 
 // fleetCollector exports CountFleet of the cached templates and sessions at
-// each scrape.
+// each scrape, on the leader only.
 type fleetCollector struct {
-	mu     sync.Mutex
-	reader client.Reader
+	mu      sync.Mutex
+	reader  client.Reader
+	elected <-chan struct{}
 }
 
 var fleet = &fleetCollector{}
 
 func init() { metrics.Registry.MustRegister(fleet) }
 
-// use makes the collector count from reader (the manager's cache).
-func (c *fleetCollector) use(reader client.Reader) {
+// use makes the collector count from reader (the manager's cache) once
+// elected is closed (the manager's Elected). Every replica fills its cache,
+// leader or not: were each to export the fleet, a sum over the replicas'
+// scrapes would count every session once per replica.
+func (c *fleetCollector) use(reader client.Reader, elected <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.reader = reader
+	c.reader, c.elected = reader, elected
 }
 
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -155,9 +159,14 @@ func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
-	reader := c.reader
+	reader, elected := c.reader, c.elected
 	c.mu.Unlock()
 	if reader == nil {
+		return
+	}
+	select {
+	case <-elected:
+	default:
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

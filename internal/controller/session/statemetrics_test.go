@@ -65,8 +65,13 @@ func TestFleetGauges(t *testing.T) {
 	for _, s := range objs {
 		b = b.WithObjects(s)
 	}
+	elected := make(chan struct{})
 	c := &fleetCollector{}
-	c.use(b.Build())
+	c.use(b.Build(), elected)
+	if n := testutil.CollectAndCount(c); n != 0 {
+		t.Errorf("a replica not elected exported %d fleet series, want none: the leader exports the fleet", n)
+	}
+	close(elected)
 
 	want := fmt.Sprintf(`
 # HELP lull_sessions %[1]s
