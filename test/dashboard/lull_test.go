@@ -46,6 +46,13 @@ func TestLullDashboard(t *testing.T) {
 	vars := map[string]string{}
 	for _, v := range d.Templating.List {
 		vars[v.Name] = v.Type
+		if v.Type != "query" {
+			continue
+		}
+		var ds struct{ UID string }
+		if err := json.Unmarshal(v.Datasource, &ds); err != nil || ds.UID != "${datasource}" {
+			t.Errorf("variable %q: datasource %s, want uid ${datasource}", v.Name, v.Datasource)
+		}
 	}
 	for name, typ := range map[string]string{"datasource": "datasource", "namespace": "query", "template": "query"} {
 		if vars[name] != typ {
