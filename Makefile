@@ -64,9 +64,9 @@ test: tools verify-generated
 	$(GO) test -p 1 -count=1 -timeout 60m $(CLUSTER_PKGS)
 
 # Unit tests only, the SDK's gate and the agent under the race detector; no
-# control plane needed.
+# control plane needed (test/dashboard checks the chart's dashboard alone).
 test-unit:
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /test/ -e /internal/dev/devcluster)
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /test/ -e /internal/dev/devcluster) ./test/dashboard/
 
 # The fault scenarios alone (they also run in `make test`): 10 rollouts over
 # 200 busy sessions with the controller killed every 15 s and an API server

@@ -232,3 +232,12 @@ func Passing(o Observed, a Action) bool {
 	}
 	return false
 }
+
+// Current reports whether s counts as current for its template, whose
+// current revision is revision (render.TemplateRevision): its pod runs that
+// template revision (status.templateRevision) and its UpToDate condition is
+// True. The template's status.current and lull_template_sessions_current
+// count by it.
+func Current(s *lullv1.Session, revision string) bool {
+	return meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionUpToDate) && s.Status.TemplateRevision == revision
+}

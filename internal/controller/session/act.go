@@ -83,9 +83,12 @@ func (r *Reconciler) commit(ctx context.Context, o rollout.Observed, a rollout.A
 	notReporting := conditionReason(next.Conditions, lullv1.ConditionActive) == lullv1.ReasonRuntimeNotReporting &&
 		!hasConditionReason(s, lullv1.ConditionActive, lullv1.ReasonRuntimeNotReporting)
 	phaseBefore := s.Status.Phase
+	// Measured before the write, which refreshes s from the response.
+	observe := committedDrain(o, a)
 	if err := r.writeStatus(ctx, s, next, a.Reason); err != nil {
 		return err
 	}
+	observe()
 	r.recordLifecycle(s, o.Pod, phaseBefore, next, a, notReporting)
 	return nil
 }
@@ -103,6 +106,7 @@ func (r *Reconciler) deletePod(ctx context.Context, o rollout.Observed, a rollou
 		return a, fmt.Errorf("delete pod %s: %w", o.Pod.Name, err)
 	}
 	actions.WithLabelValues(string(rollout.DeletePod), a.Reason).Inc()
+	observeDeleted(o, a, r.now())
 	r.deleted.add(string(a.PodUID), r.now())
 	log.FromContext(ctx).Info("deleted pod", "pod", o.Pod.Name, "uid", a.PodUID, "reason", a.Reason)
 	eventType, note := corev1.EventTypeNormal, a.Message

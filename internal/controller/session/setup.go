@@ -62,7 +62,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	if opts.MaxConcurrentReconciles == 0 {
 		opts.MaxConcurrentReconciles = 8
 	}
-	sessionStates.use(mgr.GetCache())
+	fleet.use(mgr.GetCache(), mgr.Elected())
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("session").
 		// Not For(): a Drained report goes ahead in the queue

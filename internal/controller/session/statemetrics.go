@@ -1,3 +1,9 @@
+// The gauges of the fleet: lull_sessions, lull_drains_in_progress and the
+// rollout progress of each template, counted from the manager's cache at
+// each scrape rather than kept up to date on every reconcile: a scrape
+// walks the cached sessions once, a reconcile pays nothing, and the gauges
+// never drift from what the cache holds.
+
 package session
 
 import (
@@ -10,6 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/render"
+	"lull.dev/lull/internal/rollout"
 )
 
 // LifecycleState is the one-word lifecycle state of a session for the
@@ -33,48 +41,157 @@ func LifecycleState(s *lullv1.Session) string {
 	return "Unknown"
 }
 
-var sessionsDesc = prometheus.NewDesc("lull_sessions", "Sessions by namespace and lifecycle state (Suspended, Draining, Active, Idle, NotReporting, Unknown), as the controller's cache holds them.", []string{"namespace", "state"}, nil)
+// The help texts of the fleet gauges.
+const (
+	sessionsHelp = "Sessions by namespace, template, template revision their pod runs (status.templateRevision; empty while they have no pod), phase (status.phase; Unknown before the controller first wrote it) and lifecycle state (Suspended, Draining, Active, Idle, NotReporting, Unknown)."
+	drainsHelp   = "Sessions with a drain request outstanding (status.drain), by namespace, template and drain reason (Update, Idle, Lifetime, Manual); 0 for each reason of each cached template."
+	currentHelp  = "Sessions of a template that run its current revision and are up to date (SessionTemplate status.current), by namespace and template."
+	staleHelp    = "Sessions of a template, not suspended, that do not yet run its current revision (SessionTemplate status.stale), by namespace and template."
+)
 
-// stateCollector counts the cached sessions by lifecycle state at each
-// scrape, so the gauge never drifts from what the cache holds.
-type stateCollector struct {
-	mu     sync.Mutex
-	reader client.Reader
+var (
+	sessionsDesc = prometheus.NewDesc("lull_sessions", sessionsHelp, []string{"namespace", "template", "revision", "phase", "state"}, nil)
+	drainsDesc   = prometheus.NewDesc("lull_drains_in_progress", drainsHelp, []string{"namespace", "template", "reason"}, nil)
+	currentDesc  = prometheus.NewDesc("lull_template_sessions_current", currentHelp, []string{"namespace", "template"}, nil)
+	staleDesc    = prometheus.NewDesc("lull_template_sessions_stale", staleHelp, []string{"namespace", "template"}, nil)
+)
+
+// drainReasons are the values of lull_drains_in_progress's reason label.
+var drainReasons = []lullv1.DrainReason{lullv1.DrainReasonUpdate, lullv1.DrainReasonIdle, lullv1.DrainReasonLifetime, lullv1.DrainReasonManual}
+
+// templateKey names a template: namespace and name.
+type templateKey struct{ namespace, template string }
+
+// sessionKey is one series of lull_sessions.
+type sessionKey struct {
+	templateKey
+	revision, phase, state string
 }
 
-var sessionStates = &stateCollector{}
+// drainKey is one series of lull_drains_in_progress.
+type drainKey struct {
+	templateKey
+	reason lullv1.DrainReason
+}
 
-func init() { metrics.Registry.MustRegister(sessionStates) }
+// progress is a template's rollout progress.
+type progress struct{ current, stale int }
 
-// use makes the collector count from reader (the manager's cache).
-func (c *stateCollector) use(reader client.Reader) {
+// FleetCounts is what the fleet gauges export, counted from one list of
+// templates and one of sessions.
+type FleetCounts struct {
+	Sessions map[sessionKey]int
+	Drains   map[drainKey]int
+	Progress map[templateKey]progress
+}
+
+// CountFleet counts sessions for the fleet gauges. Every template listed
+// gets its drain and progress series, at 0 when nothing counts, so a
+// dashboard shows 0 rather than no data. A session whose template is not
+// listed (deleted, or not cached yet) counts in lull_sessions and
+// lull_drains_in_progress only: it has no current revision to be judged by.
+func CountFleet(templates []lullv1.SessionTemplate, sessions []lullv1.Session) FleetCounts {
+	fc := FleetCounts{Sessions: map[sessionKey]int{}, Drains: map[drainKey]int{}, Progress: map[templateKey]progress{}}
+	revisions := make(map[templateKey]string, len(templates))
+	for i := range templates {
+		t := &templates[i]
+		k := templateKey{t.Namespace, t.Name}
+		revisions[k] = render.TemplateRevision(t)
+		fc.Progress[k] = progress{}
+		for _, reason := range drainReasons {
+			fc.Drains[drainKey{k, reason}] = 0
+		}
+	}
+	for i := range sessions {
+		s := &sessions[i]
+		k := templateKey{s.Namespace, s.Spec.TemplateRef.Name}
+		phase := string(s.Status.Phase)
+		if phase == "" {
+			phase = "Unknown"
+		}
+		fc.Sessions[sessionKey{k, s.Status.TemplateRevision, phase, LifecycleState(s)}]++
+		if d := s.Status.Drain; d != nil {
+			fc.Drains[drainKey{k, d.Reason}]++
+		}
+		revision, ok := revisions[k]
+		if !ok || s.Spec.Suspend { // as Summarize: a suspended session is neither
+			continue
+		}
+		p := fc.Progress[k]
+		if rollout.Current(s, revision) {
+			p.current++
+		} else {
+			p.stale++
+		}
+		fc.Progress[k] = p
+	}
+	return fc
+}
+
+// fleetCollector exports CountFleet of the cached templates and sessions at
+// each scrape, on the leader only.
+type fleetCollector struct {
+	mu      sync.Mutex
+	reader  client.Reader
+	elected <-chan struct{}
+}
+
+var fleet = &fleetCollector{}
+
+func init() { metrics.Registry.MustRegister(fleet) }
+
+// use makes the collector count from reader (the manager's cache) once
+// elected is closed (the manager's Elected). Every replica fills its cache,
+// leader or not: were each to export the fleet, a sum over the replicas'
+// scrapes would count every session once per replica.
+func (c *fleetCollector) use(reader client.Reader, elected <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.reader = reader
+	c.reader, c.elected = reader, elected
 }
 
-func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sessionsDesc }
+func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- sessionsDesc
+	ch <- drainsDesc
+	ch <- currentDesc
+	ch <- staleDesc
+}
 
-func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
-	reader := c.reader
+	reader, elected := c.reader, c.elected
 	c.mu.Unlock()
 	if reader == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var list lullv1.SessionList
-	// Only counted: no deep copies of every session on each scrape.
-	if err := reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+	select {
+	case <-elected:
+	default:
 		return
 	}
-	type key struct{ ns, state string }
-	counts := map[key]int{}
-	for i := range list.Items {
-		counts[key{list.Items[i].Namespace, LifecycleState(&list.Items[i])}]++
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var templates lullv1.SessionTemplateList
+	var sessions lullv1.SessionList
+	// Only counted: no deep copies of every session on each scrape. A
+	// failed list leaves these gauges out of this scrape; an invalid
+	// metric would fail the whole scrape (the server answers 500 on any
+	// error), every other metric with it.
+	if err := reader.List(ctx, &templates, client.UnsafeDisableDeepCopy); err != nil {
+		return
 	}
-	for k, n := range counts {
-		ch <- prometheus.MustNewConstMetric(sessionsDesc, prometheus.GaugeValue, float64(n), k.ns, k.state)
+	if err := reader.List(ctx, &sessions, client.UnsafeDisableDeepCopy); err != nil {
+		return
+	}
+	fc := CountFleet(templates.Items, sessions.Items)
+	for k, n := range fc.Sessions {
+		ch <- prometheus.MustNewConstMetric(sessionsDesc, prometheus.GaugeValue, float64(n), k.namespace, k.template, k.revision, k.phase, k.state)
+	}
+	for k, n := range fc.Drains {
+		ch <- prometheus.MustNewConstMetric(drainsDesc, prometheus.GaugeValue, float64(n), k.namespace, k.template, string(k.reason))
+	}
+	for k, p := range fc.Progress {
+		ch <- prometheus.MustNewConstMetric(currentDesc, prometheus.GaugeValue, float64(p.current), k.namespace, k.template)
+		ch <- prometheus.MustNewConstMetric(staleDesc, prometheus.GaugeValue, float64(p.stale), k.namespace, k.template)
 	}
 }

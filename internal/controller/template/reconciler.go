@@ -348,7 +348,7 @@ func Summarize(t *lullv1.SessionTemplate, sessions []lullv1.Session) lullv1.Sess
 			st.Draining++
 		}
 		c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionUpToDate)
-		if c != nil && c.Status == metav1.ConditionTrue && s.Status.TemplateRevision == st.Revision {
+		if rollout.Current(s, st.Revision) {
 			st.Current++
 			continue
 		}
