@@ -5,11 +5,8 @@
 package chart
 
 import (
-	"bytes"
 	"cmp"
-	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"runtime"
 
@@ -17,7 +14,8 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/yaml"
+
+	"lull.dev/lull/internal/dev/install"
 )
 
 // Dir returns the absolute path of charts/lull in this source tree. The
@@ -92,18 +90,9 @@ func Render(opts Options) ([]*unstructured.Unstructured, error) {
 // Decode splits a multi-document YAML stream into objects, dropping empty
 // documents.
 func Decode(manifest []byte) ([]*unstructured.Unstructured, error) {
-	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifest), 4096)
-	var out []*unstructured.Unstructured
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return out, nil
-			}
-			return nil, fmt.Errorf("decode rendered manifest: %w", err)
-		}
-		if len(u.Object) > 0 {
-			out = append(out, u)
-		}
+	objs, err := install.Decode(manifest)
+	if err != nil {
+		return nil, fmt.Errorf("decode rendered manifest: %w", err)
 	}
+	return objs, nil
 }

@@ -106,7 +106,17 @@ func decode(fsys fs.FS, name string) ([]*unstructured.Unstructured, error) {
 	if err != nil {
 		return nil, err
 	}
-	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	objs, err := Decode(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return objs, nil
+}
+
+// Decode splits a multi-document YAML (or JSON) stream into objects,
+// dropping empty documents.
+func Decode(manifest []byte) ([]*unstructured.Unstructured, error) {
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifest), 4096)
 	var out []*unstructured.Unstructured
 	for {
 		u := &unstructured.Unstructured{}
@@ -114,7 +124,7 @@ func decode(fsys fs.FS, name string) ([]*unstructured.Unstructured, error) {
 			if errors.Is(err, io.EOF) {
 				return out, nil
 			}
-			return nil, fmt.Errorf("%s: %w", name, err)
+			return nil, err
 		}
 		if len(u.Object) > 0 {
 			out = append(out, u)
