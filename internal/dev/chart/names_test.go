@@ -25,3 +25,19 @@ func TestNamesTheAPIServerAccepts(t *testing.T) {
 		}
 	}
 }
+
+// TestPodLabelsCannotTakeTheSelectorsLabels: a podLabels key that is one of
+// the Deployment's selector labels would make the pod template's labels
+// miss the selector, which the API server refuses. The chart refuses it
+// first, naming the value and the key.
+func TestPodLabelsCannotTakeTheSelectorsLabels(t *testing.T) {
+	for _, key := range []string{"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component"} {
+		_, err := Render(Options{Values: map[string]any{"podLabels": map[string]any{key: "other"}}})
+		if err == nil || !strings.Contains(err.Error(), "podLabels") || !strings.Contains(err.Error(), key) {
+			t.Errorf("podLabels {%s: other}: err %v, want one naming podLabels and %s", key, err, key)
+		}
+	}
+	if _, err := Render(Options{Values: map[string]any{"podLabels": map[string]any{"team": "platform"}}}); err != nil {
+		t.Errorf("podLabels {team: platform}: %v", err)
+	}
+}
