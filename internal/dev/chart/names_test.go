@@ -41,3 +41,14 @@ func TestPodLabelsCannotTakeTheSelectorsLabels(t *testing.T) {
 		t.Errorf("podLabels {team: platform}: %v", err)
 	}
 }
+
+// TestMetricsAndHealthOnDifferentPorts: the controller listens for metrics
+// and for probes on two ports; one number for both would leave it unable to
+// bind the second and restarting forever. The chart refuses it, naming
+// both values.
+func TestMetricsAndHealthOnDifferentPorts(t *testing.T) {
+	_, err := Render(Options{Values: map[string]any{"healthPort": 8080}})
+	if err == nil || !strings.Contains(err.Error(), "metrics.port") || !strings.Contains(err.Error(), "healthPort") {
+		t.Errorf("healthPort 8080 with metrics.port 8080: err %v, want one naming metrics.port and healthPort", err)
+	}
+}
