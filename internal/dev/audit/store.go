@@ -131,7 +131,12 @@ func (a *Auditor) follow(ctx context.Context, w clientv3.WatchChan, what string,
 		now := time.Now()
 		for _, ev := range resp.Events {
 			switch {
-			case ev.Type == clientv3.EventTypeDelete && ev.PrevKv != nil && what == "pods":
+			case ev.Type == clientv3.EventTypeDelete && what == "pods" && ev.PrevKv == nil:
+				// etcd sends no previous value when that version has left
+				// its history: whose pod went, and whether it had drained,
+				// cannot be told, so the run cannot be judged.
+				a.lose(fmt.Errorf("audit: pod %s was removed at revision %d without its last version", ev.Kv.Key, ev.Kv.ModRevision))
+			case ev.Type == clientv3.EventTypeDelete && what == "pods":
 				// The pod as last stored, at the revision of its removal.
 				a.feedPod(st, ev.PrevKv.Value, ev.Kv.ModRevision, true, now)
 			case ev.Type == clientv3.EventTypeDelete:
