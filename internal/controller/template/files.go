@@ -138,6 +138,9 @@ type filesTry struct {
 	next     time.Time
 	cond     metav1.Condition
 	created  bool
+	// woken: a quota change made this try due (retryNow); a refusal of
+	// it is tried again after filesFirstRetry, not the grown backoff.
+	woken bool
 }
 
 // pending returns the last refused try of the ConfigMap name, when its
@@ -165,6 +168,13 @@ func (b *filesBackoff) failed(key types.NamespacedName, name string, now time.Ti
 	tr.created = false
 	tr.failures++
 	tr.next = now.Add(FilesRetryAfter(tr.failures))
+	if tr.woken {
+		// The API server's quota admission judges against its own cache
+		// of ResourceQuotas, which may not yet hold the change that woke
+		// this try: one more try soon, then the backoff where it was.
+		tr.woken = false
+		tr.next = now.Add(filesFirstRetry)
+	}
 	b.tries[key] = tr
 	return tr.next
 }

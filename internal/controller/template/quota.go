@@ -66,8 +66,8 @@ func (r *Reconciler) refusedByQuota(_ context.Context, o client.Object) []reconc
 
 // retryNow makes the next try of every refused files ConfigMap in
 // namespace due at once, keeping the count of refusals (a quota still too
-// small goes on backing off from where it was), and returns those
-// templates.
+// small goes on backing off from where it was, after one more try a second
+// later: see filesBackoff.failed), and returns those templates.
 func (b *filesBackoff) retryNow(namespace string) []types.NamespacedName {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -77,6 +77,7 @@ func (b *filesBackoff) retryNow(namespace string) []types.NamespacedName {
 			continue
 		}
 		tr.next = tr.next.AddDate(-1, 0, 0) // any time already past
+		tr.woken = true
 		b.tries[k] = tr
 		keys = append(keys, k)
 	}

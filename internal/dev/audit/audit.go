@@ -89,6 +89,11 @@ type Auditor struct {
 	exempt    map[types.UID]string
 	// lost says what the auditor missed (see watchStore); Check fails.
 	lost []string
+	// upTo is, per watch of etcd, the revision up to which it has
+	// delivered every event; catchUp waits until both reach etcd's
+	// current revision (nil: nothing to wait for).
+	upTo    map[string]int64
+	catchUp func(context.Context) error
 }
 
 type nsViolation struct{ namespace, msg string }
@@ -101,7 +106,7 @@ type expiredTurns struct {
 func newAuditor() *Auditor {
 	return &Auditor{pods: map[types.UID]*corev1.Pod{}, sightings: map[types.NamespacedName][]Sighting{},
 		lastRV: map[types.NamespacedName]uint64{}, ledger: NewRequestLedger(), expired: map[types.UID]expiredTurns{},
-		deletions: map[types.UID]*Deletion{}, exempt: map[types.UID]string{}}
+		deletions: map[types.UID]*Deletion{}, exempt: map[types.UID]string{}, upTo: map[string]int64{}}
 }
 
 // Scheme returns the auditor's own scheme: client-go's types and the lull
@@ -250,10 +255,28 @@ type Report struct {
 	Violations   []string
 }
 
+// catchUpTimeout bounds how long Check waits for its watches to deliver
+// what etcd has written.
+var catchUpTimeout = 30 * time.Second
+
 // Check reads the journals in journalDir and judges every deletion seen in
 // namespace ns (all namespaces when ns is empty). Under a Drain policy, any
-// violation fails the run.
+// violation fails the run. It first waits, up to catchUpTimeout, until both
+// of its watches have delivered every write etcd had made when it was
+// called, so no deletion is judged without a write that came before it;
+// an error if they do not, or if the auditor lost history.
 func (a *Auditor) Check(journalDir, ns string) (Report, error) {
+	a.mu.Lock()
+	catchUp := a.catchUp
+	a.mu.Unlock()
+	if catchUp != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), catchUpTimeout)
+		err := catchUp(ctx)
+		cancel()
+		if err != nil {
+			return Report{}, fmt.Errorf("%w: the run cannot be judged", err)
+		}
+	}
 	if err := a.lostErr(); err != nil {
 		return Report{}, fmt.Errorf("%w: the run cannot be judged", err)
 	}

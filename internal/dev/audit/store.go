@@ -104,14 +104,23 @@ func (a *Auditor) watchStore(ctx context.Context, etcdURL string, st store) erro
 	for _, kv := range pods.Kvs {
 		a.feedPod(st, kv.Value, kv.ModRevision, false, now)
 	}
+	a.delivered(watchPods, rev)
+	a.delivered(watchSessions, rev)
 	// Each prefix gets its own watch: the rules order writes by revision,
-	// not by arrival, so the two need not be merged.
+	// not by arrival, so the two need not be merged; but one may lag the
+	// other, so Check first waits for both to reach etcd's revision
+	// (catchUp). Both share one context, hence one gRPC stream, which a
+	// progress request asks about.
+	wctx := clientv3.WithRequireLeader(ctx)
 	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithRev(rev + 1), clientv3.WithPrevKV()}
-	podWatch := cli.Watch(clientv3.WithRequireLeader(ctx), podsPrefix, opts...)
-	sessionWatch := cli.Watch(clientv3.WithRequireLeader(ctx), sessionsPrefix, opts...)
+	podWatch := cli.Watch(wctx, podsPrefix, opts...)
+	sessionWatch := cli.Watch(wctx, sessionsPrefix, opts...)
+	a.mu.Lock()
+	a.catchUp = func(ctx context.Context) error { return a.waitDelivered(ctx, cli, wctx) }
+	a.mu.Unlock()
 	done := make(chan struct{}, 2)
-	go func() { a.follow(ctx, podWatch, "pods", st); done <- struct{}{} }()
-	go func() { a.follow(ctx, sessionWatch, "sessions", st); done <- struct{}{} }()
+	go func() { a.follow(ctx, podWatch, watchPods, st); done <- struct{}{} }()
+	go func() { a.follow(ctx, sessionWatch, watchSessions, st); done <- struct{}{} }()
 	go func() {
 		<-done
 		<-done
@@ -125,7 +134,7 @@ func (a *Auditor) watchStore(ctx context.Context, etcdURL string, st store) erro
 func (a *Auditor) follow(ctx context.Context, w clientv3.WatchChan, what string, st store) {
 	for resp := range w {
 		if err := resp.Err(); err != nil {
-			a.lose(fmt.Errorf("audit: the watch of %s in etcd ended at revision %d: %w", what, resp.Header.Revision, err))
+			a.lose(fmt.Errorf("audit: the watch of %s in etcd ended at revision %d: %w", what, resp.Header.GetRevision(), err))
 			return
 		}
 		now := time.Now()
@@ -147,6 +156,9 @@ func (a *Auditor) follow(ctx context.Context, w clientv3.WatchChan, what string,
 				a.feedSession(st, ev.Kv.Value, ev.Kv.ModRevision, now)
 			}
 		}
+		// Every event up to the response's revision is delivered (for a
+		// progress notification too: it carries no events).
+		a.delivered(what, resp.Header.GetRevision())
 	}
 	if ctx.Err() == nil {
 		a.lose(fmt.Errorf("audit: the watch of %s in etcd closed", what))
@@ -169,6 +181,59 @@ func (a *Auditor) feedSession(st store, value []byte, rev int64, now time.Time) 
 		return
 	}
 	a.observeSession(s, now)
+}
+
+// The auditor's two watches of etcd.
+const (
+	watchPods     = "pods"
+	watchSessions = "sessions"
+)
+
+// delivered records that the watch of what has delivered every event up
+// to revision rev.
+func (a *Auditor) delivered(what string, rev int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if rev > a.upTo[what] {
+		a.upTo[what] = rev
+	}
+}
+
+// waitDelivered waits until both watches have delivered every write etcd
+// had made when it was called, asking etcd for progress notifications on
+// the watches' stream (wctx) while they have no event to send: writes to
+// other keys move etcd's revision past the last event they delivered.
+func (a *Auditor) waitDelivered(ctx context.Context, cli *clientv3.Client, wctx context.Context) error {
+	now, err := cli.Get(ctx, podsPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return fmt.Errorf("audit: read etcd's revision: %w", err)
+	}
+	return a.waitUpTo(ctx, now.Header.GetRevision(), func() error { return cli.RequestProgress(wctx) })
+}
+
+// waitUpTo waits until both watches have delivered every event up to
+// revision target, calling progress every 20 ms until then. An error when
+// ctx ends first: a verdict then could miss a write made before a deletion
+// it judges.
+func (a *Auditor) waitUpTo(ctx context.Context, target int64, progress func() error) error {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		a.mu.Lock()
+		pods, sessions := a.upTo[watchPods], a.upTo[watchSessions]
+		a.mu.Unlock()
+		if pods >= target && sessions >= target {
+			return nil
+		}
+		if err := progress(); err != nil {
+			return fmt.Errorf("audit: ask etcd for the watches' progress: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("audit: the watches of etcd had not reached revision %d (pods at %d, sessions at %d): %w", target, pods, sessions, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
 
 // lose records that the auditor missed something; Check then fails.
