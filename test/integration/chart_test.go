@@ -22,11 +22,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
@@ -38,6 +35,7 @@ import (
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/config"
 	"lull.dev/lull/internal/dev/chart"
+	"lull.dev/lull/internal/dev/install"
 )
 
 // chartFieldManager owns what TestChartInstallsAWorkingController applies.
@@ -77,29 +75,15 @@ func TestChartInstallsAWorkingController(t *testing.T) {
 		t.Fatalf("render the chart for Kubernetes %s: %v", version.GitVersion, err)
 	}
 
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	dyn, err := dynamic.NewForConfig(adminConfig)
-	if err != nil {
-		t.Fatal(err)
+	if err := install.ApplyObjects(ctx, adminConfig, chartFieldManager, objs); err != nil {
+		t.Fatalf("server-side apply the rendered chart: %v", err)
 	}
 	var (
 		deployment   appsv1.Deployment
 		sa, roleName string
 	)
 	for _, o := range objs {
-		gvk := o.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			t.Fatalf("%s %s: %v", gvk.Kind, o.GetName(), err)
-		}
-		ri := dynamic.ResourceInterface(dyn.Resource(m.Resource))
-		if m.Scope.Name() == meta.RESTScopeNameNamespace {
-			ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
-		}
-		if _, err := ri.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: chartFieldManager, Force: true}); err != nil {
-			t.Fatalf("server-side apply %s %s: %v", gvk.Kind, o.GetName(), err)
-		}
-		switch gvk.Kind {
+		switch o.GetKind() {
 		case "Deployment":
 			b, err := yaml.Marshal(o.Object)
 			if err != nil {

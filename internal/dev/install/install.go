@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/yaml"
@@ -62,6 +63,28 @@ func All(ctx context.Context, cfg *rest.Config) error {
 // Apply server-side applies every object in the YAML files of fsys matching
 // glob (kustomization.yaml files are skipped), forcing ownership.
 func Apply(ctx context.Context, cfg *rest.Config, fsys fs.FS, glob string) error {
+	files, err := fs.Glob(fsys, glob)
+	if err != nil {
+		return err
+	}
+	var objs []*unstructured.Unstructured
+	for _, f := range files {
+		if bytes.HasSuffix([]byte(f), []byte("kustomization.yaml")) {
+			continue
+		}
+		o, err := decode(fsys, f)
+		if err != nil {
+			return err
+		}
+		objs = append(objs, o...)
+	}
+	return ApplyObjects(ctx, cfg, FieldManager, objs)
+}
+
+// ApplyObjects server-side applies objs in order as fieldManager, forcing
+// ownership; an object of a namespaced kind goes to its namespace. The
+// error names the kind and name of the object refused.
+func ApplyObjects(ctx context.Context, cfg *rest.Config, fieldManager string, objs []*unstructured.Unstructured) error {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return err
@@ -71,31 +94,18 @@ func Apply(ctx context.Context, cfg *rest.Config, fsys fs.FS, glob string) error
 	if err != nil {
 		return err
 	}
-	files, err := fs.Glob(fsys, glob)
-	if err != nil {
-		return err
-	}
-	for _, f := range files {
-		if bytes.HasSuffix([]byte(f), []byte("kustomization.yaml")) {
-			continue
-		}
-		objs, err := decode(fsys, f)
+	for _, o := range objs {
+		gvk := o.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s %s: %w", gvk.Kind, o.GetName(), err)
 		}
-		for _, o := range objs {
-			gvk := o.GroupVersionKind()
-			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-			if err != nil {
-				return fmt.Errorf("%s: %s %s: %w", f, gvk.Kind, o.GetName(), err)
-			}
-			var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-			if o.GetNamespace() != "" {
-				ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
-			}
-			if _, err := ri.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
-				return fmt.Errorf("%s: apply %s %s: %w", f, gvk.Kind, o.GetName(), err)
-			}
+		ri := dynamic.ResourceInterface(dyn.Resource(m.Resource))
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+			ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+		}
+		if _, err := ri.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: fieldManager, Force: true}); err != nil {
+			return fmt.Errorf("apply %s %s: %w", gvk.Kind, o.GetName(), err)
 		}
 	}
 	return nil
