@@ -74,7 +74,7 @@ func (c Config) reportRefresh() (time.Duration, int32) {
 
 // checkReportRefresh returns an error if d is outside
 // [MinReportRefresh, MaxReportRefresh].
-func checkReportRefresh(d time.Duration) error {
+func CheckReportRefresh(d time.Duration) error {
 	if d < MinReportRefresh || d > MaxReportRefresh {
 		return fmt.Errorf("%s is not between %s and %s", d, MinReportRefresh, MaxReportRefresh)
 	}
@@ -119,7 +119,7 @@ func ConfigFrom(getenv func(string) string) (Config, error) {
 		if err != nil {
 			return Config{}, fmt.Errorf("%s=%q: want a duration such as 30s or 2m", EnvReportRefresh, v)
 		}
-		if err := checkReportRefresh(d); err != nil {
+		if err := CheckReportRefresh(d); err != nil {
 			return Config{}, fmt.Errorf("%s=%q: %w", EnvReportRefresh, v, err)
 		}
 		cfg.ReportRefresh = d
@@ -168,7 +168,7 @@ func (c Config) validate() error {
 		errs = append(errs, errors.New("REST is nil"))
 	}
 	if c.ReportRefresh != 0 {
-		if err := checkReportRefresh(c.ReportRefresh); err != nil {
+		if err := CheckReportRefresh(c.ReportRefresh); err != nil {
 			errs = append(errs, fmt.Errorf("ReportRefresh %w (zero means %s)", err, DefaultReportRefresh))
 		}
 	}

@@ -120,7 +120,7 @@ func flagSet(opts *Options, reportRefresh *time.Duration, getenv func(string) st
 	fs.IntVar(&opts.Turns, "turns", 0, "turns the user takes before leaving the session idle (0: no limit)")
 	fs.StringVar(&opts.Workspace, "workspace", "", "directory the session keeps across replacements (a claim's mount path): each turn journals which pods wrote there before and adds its own line to turns.log")
 	def := runtimesdk.DefaultReportRefresh
-	if d, err := time.ParseDuration(getenv(runtimesdk.EnvReportRefresh)); err == nil && checkReportRefresh(d) == nil {
+	if d, err := time.ParseDuration(getenv(runtimesdk.EnvReportRefresh)); err == nil && runtimesdk.CheckReportRefresh(d) == nil {
 		def = d
 	}
 	fs.DurationVar(reportRefresh, "report-refresh", def,
@@ -144,14 +144,8 @@ func validate(o Options, reportRefresh time.Duration) error {
 	if o.TurnMin > o.TurnMax {
 		return fmt.Errorf("--turn-min (%s) must not be greater than --turn-max (%s)", o.TurnMin, o.TurnMax)
 	}
-	return checkReportRefresh(reportRefresh)
-}
-
-// checkReportRefresh returns an error naming --report-refresh if d is out
-// of bounds.
-func checkReportRefresh(d time.Duration) error {
-	if d < runtimesdk.MinReportRefresh || d > runtimesdk.MaxReportRefresh {
-		return fmt.Errorf("--report-refresh %s: want a duration between %s and %s", d, runtimesdk.MinReportRefresh, runtimesdk.MaxReportRefresh)
+	if err := runtimesdk.CheckReportRefresh(reportRefresh); err != nil {
+		return fmt.Errorf("--report-refresh: %w", err)
 	}
 	return nil
 }

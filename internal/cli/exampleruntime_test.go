@@ -16,7 +16,7 @@ func TestExampleRuntimeIgnoresUnknownFlags(t *testing.T) {
 		{[]string{"--model=large", "--turn-min=5s", "--turn-max=1s"}, "--turn-min (5s) must not be greater than --turn-max (1s)"},
 		{[]string{"--model", "large", "--turn-min", "2s", "-v", "--turn-max=1s", "serve"}, "--turn-min (2s) must not be greater than --turn-max (1s)"},
 		{[]string{"--turn-min=-1s"}, "--turn-min (-1s) must not be negative"},
-		{[]string{"--report-refresh=2h"}, "--report-refresh 2h0m0s: want a duration between 1s and 1h0m0s"},
+		{[]string{"--report-refresh=2h"}, "--report-refresh: 2h0m0s is not between 1s and 1h0m0s"},
 	} {
 		cmd := newExampleRuntimeCommand()
 		cmd.SetArgs(tc.args)

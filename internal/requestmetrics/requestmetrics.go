@@ -19,7 +19,7 @@ import (
 // ("pods", "sessions/status", "events"), code the HTTP status or "error".
 var Requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "lull_controller_api_requests_total",
-	Help: "Requests the lull controller sent to the API server, by verb (the HTTP method, or WATCH for a GET that opens a watch), resource and status code.",
+	Help: "Requests the lull controller sent to the API server, by verb (the HTTP method; WATCH for a GET that opens a watch, LIST for a GET of a collection), resource and status code.",
 }, []string{"verb", "resource", "code"})
 
 // Instrument wraps cfg's transport so every request is counted in Requests.
@@ -46,12 +46,16 @@ func (t roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // Verb returns req's verb as the API server's apiserver_request_total
-// counts it: WATCH for a GET that opens a watch (watch=true or 1), else
-// the HTTP method. A watch is one request however long it stays open.
+// counts it: WATCH for a GET that opens a watch (watch=true or 1), LIST for
+// a GET of a collection ("/api/v1/namespaces/ns/pods"), else the HTTP
+// method. A watch is one request however long it stays open.
 func Verb(req *http.Request) string {
 	if req.Method == http.MethodGet {
 		if w := req.URL.Query().Get("watch"); w == "true" || w == "1" {
 			return "WATCH"
+		}
+		if _, named, ok := parse(req.URL.Path); ok && !named {
+			return "LIST"
 		}
 	}
 	return req.Method
@@ -62,6 +66,17 @@ func Verb(req *http.Request) string {
 // "/apis/lull.dev/v1alpha1/namespaces/ns/sessions/s/status" →
 // "sessions/status". Paths outside /api and /apis return "other".
 func Resource(path string) string {
+	resource, _, ok := parse(path)
+	if !ok {
+		return "other"
+	}
+	return resource
+}
+
+// parse splits an API path into its resource (with subresource) and
+// whether it names one object; ok is false for paths that address no
+// resource ("/healthz", "/apis").
+func parse(path string) (resource string, named, ok bool) {
 	parts := strings.Split(strings.Trim(path, "/"), "/")
 	switch {
 	case len(parts) >= 2 && parts[0] == "api":
@@ -69,20 +84,22 @@ func Resource(path string) string {
 	case len(parts) >= 3 && parts[0] == "apis":
 		parts = parts[3:]
 	default:
-		return "other"
+		return "", false, false
 	}
 	if len(parts) >= 2 && parts[0] == "namespaces" {
 		if len(parts) == 2 {
-			return "namespaces"
+			return "namespaces", true, true
 		}
 		parts = parts[2:]
 	}
 	switch len(parts) {
 	case 0:
-		return "other"
-	case 1, 2:
-		return parts[0]
+		return "", false, false
+	case 1:
+		return parts[0], false, true
+	case 2:
+		return parts[0], true, true
 	default:
-		return parts[0] + "/" + parts[2]
+		return parts[0] + "/" + parts[2], true, true
 	}
 }

@@ -23,12 +23,22 @@ func TestResource(t *testing.T) {
 	}
 }
 
-func TestVerbCountsAWatchAsWATCH(t *testing.T) {
+// TestVerbAsTheAPIServerCountsIt: a GET that opens a watch is WATCH, a GET
+// of a collection LIST, a GET of one object GET.
+func TestVerbAsTheAPIServerCountsIt(t *testing.T) {
 	for url, want := range map[string]string{
-		"https://h/api/v1/pods?watch=true&resourceVersion=1": "WATCH",
-		"https://h/api/v1/pods?watch=1":                      "WATCH",
-		"https://h/api/v1/pods?watch=false":                  "GET",
-		"https://h/api/v1/pods":                              "GET",
+		"https://h/api/v1/pods?watch=true&resourceVersion=1":               "WATCH",
+		"https://h/api/v1/namespaces/ns/pods?watch=1":                      "WATCH",
+		"https://h/api/v1/pods?watch=false":                                "LIST",
+		"https://h/api/v1/pods":                                            "LIST",
+		"https://h/api/v1/namespaces/ns/pods?labelSelector=a":              "LIST",
+		"https://h/api/v1/namespaces":                                      "LIST",
+		"https://h/api/v1/namespaces/ns":                                   "GET",
+		"https://h/api/v1/namespaces/ns/pods/p":                            "GET",
+		"https://h/apis/lull.dev/v1alpha1/namespaces/ns/sessions/s":        "GET",
+		"https://h/apis/lull.dev/v1alpha1/namespaces/ns/sessions/s/status": "GET",
+		"https://h/apis/rbac.authorization.k8s.io/v1/clusterroles/r":       "GET",
+		"https://h/healthz":                                                "GET",
 	} {
 		req, err := http.NewRequest(http.MethodGet, url, nil)
 		if err != nil {

@@ -26,6 +26,21 @@ names it), release-chart otherwise.
 {{- printf "%s-controller" (include "lull.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/*
+The metrics Service's name. A Service's name is a DNS-1035 label: at most
+63 characters, a letter first, no dots; a release name may hold dots and
+start with a digit ("1.prod"), so dots become dashes and a leading digit
+gets "lull-" before it. The controller's name is cut to leave room for the
+suffix.
+*/}}
+{{- define "lull.metricsService" -}}
+{{- $name := include "lull.controller" . | replace "." "-" }}
+{{- if regexMatch "^[0-9]" $name }}
+{{- $name = printf "lull-%s" $name }}
+{{- end }}
+{{- printf "%s-metrics" ($name | trunc 55 | trimSuffix "-") }}
+{{- end }}
+
 {{/* Labels every object of the release carries. */}}
 {{- define "lull.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}

@@ -8,11 +8,14 @@ import (
 )
 
 // TestNamesTheAPIServerAccepts: with the longest release name Helm allows
-// (53 characters), every rendered object's name passes the API server's
-// rule for its kind: a Service's is a DNS-1035 label (at most 63
-// characters), the others' DNS-1123 subdomains.
+// (53 characters), and with release names Helm allows that a Service's
+// name may not hold (dots, a leading digit), every rendered object's name
+// passes the API server's rule for its kind: a Service's is a DNS-1035
+// label (at most 63 characters, a letter first, no dots), the others'
+// DNS-1123 subdomains.
 func TestNamesTheAPIServerAccepts(t *testing.T) {
-	for _, release := range []string{"lull", strings.Repeat("a", 53), "lull-" + strings.Repeat("b", 48)} {
+	for _, release := range []string{"lull", strings.Repeat("a", 53), "lull-" + strings.Repeat("b", 48),
+		"lull.prod", "1st", "9" + strings.Repeat(".c", 26)} {
 		objs := render(t, Options{Release: release, Values: map[string]any{"serviceMonitor": map[string]any{"enabled": true}}})
 		for _, o := range objs {
 			check := validation.IsDNS1123Subdomain
