@@ -72,8 +72,10 @@ func (c Config) reportRefresh() (time.Duration, int32) {
 	return d, int32((d + time.Second - 1) / time.Second)
 }
 
-// checkReportRefresh returns an error if d is outside
-// [MinReportRefresh, MaxReportRefresh].
+// CheckReportRefresh returns an error if d is outside
+// [MinReportRefresh, MaxReportRefresh], the bounds Config.ReportRefresh
+// (when not zero) and LULL_REPORT_REFRESH must keep. A runtime that takes
+// the refresh as a flag checks it with this before it starts.
 func CheckReportRefresh(d time.Duration) error {
 	if d < MinReportRefresh || d > MaxReportRefresh {
 		return fmt.Errorf("%s is not between %s and %s", d, MinReportRefresh, MaxReportRefresh)

@@ -26,8 +26,8 @@ func AddReportRefreshFlag(fs *pflag.FlagSet, p *time.Duration, usage string) {
 // CheckReportRefresh returns an error naming --report-refresh if d is out
 // of bounds.
 func CheckReportRefresh(d time.Duration) error {
-	if d < runtimesdk.MinReportRefresh || d > runtimesdk.MaxReportRefresh {
-		return fmt.Errorf("--report-refresh %s: want a duration between %s and %s", d, runtimesdk.MinReportRefresh, runtimesdk.MaxReportRefresh)
+	if err := runtimesdk.CheckReportRefresh(d); err != nil {
+		return fmt.Errorf("--report-refresh: %w", err)
 	}
 	return nil
 }

@@ -87,8 +87,12 @@ func parse(path string) (resource string, named, ok bool) {
 		return "", false, false
 	}
 	if len(parts) >= 2 && parts[0] == "namespaces" {
-		if len(parts) == 2 {
+		switch {
+		case len(parts) == 2:
 			return "namespaces", true, true
+		case len(parts) == 3 && (parts[2] == "status" || parts[2] == "finalize"):
+			// A namespace's own subresources, not a collection in it.
+			return "namespaces/" + parts[2], true, true
 		}
 		parts = parts[2:]
 	}
