@@ -23,14 +23,15 @@ log() { printf '[tools] %s\n' "$*" >&2; }
 
 have() { [[ -x "$1" ]] && "$1" --version >/dev/null 2>&1; }
 
-# build_k8s builds kube-apiserver, kube-controller-manager and kube-scheduler.
+# build_k8s builds kube-apiserver, kube-controller-manager, kube-scheduler and
+# the kubelet (the local environment's real node, docs/real-node.md).
 # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them
 # with ./staging paths that do not exist in the module zip, so a separate
 # module requires k8s.io/kubernetes and replaces each staging module with its
 # published v0.x version.
 build_k8s() {
   local out="$BIN/kubernetes-$K8S_VERSION"
-  local want=(kube-apiserver kube-controller-manager kube-scheduler)
+  local want=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
   local missing=()
   for b in "${want[@]}"; do have "$out/$b" || missing+=("$b"); done
   [[ ${#missing[@]} -eq 0 ]] && { log "kubernetes $K8S_VERSION: cached"; return; }
@@ -38,7 +39,7 @@ build_k8s() {
   local work="$CACHE/src/kubernetes-$K8S_VERSION"
   mkdir -p "$work" "$out"
   local staging_version="v0${K8S_VERSION#v1}"
-  if [[ ! -f "$work/go.sum" ]]; then
+  if [[ ! -f "$work/go.mod" ]]; then
     local proxy; proxy="$(go env GOPROXY | cut -d, -f1)"
     local modfile; modfile="$(curl -fsSL "$proxy/k8s.io/kubernetes/@v/$K8S_VERSION.mod")"
     {
@@ -52,17 +53,12 @@ build_k8s() {
       grep '=> ./staging/' <<<"$modfile" | awk -v v="$staging_version" '{print "\t" $1 " => " $1 " " v}'
       echo ")"
     } >"$work/go.mod"
-    cat >"$work/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-)
-GO
+  fi
+  # A cache built before the kubelet was added holds a tools.go without it:
+  # a changed tools.go is tidied again (the kubelet needs a few more modules).
+  local tools; tools="$(printf '//go:build tools\n\npackage tools\n\nimport (\n'; for b in "${want[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$b"; done; printf ')\n')"
+  if [[ ! -f "$work/go.sum" || "$(cat "$work/tools.go" 2>/dev/null)" != "$tools" ]]; then
+    printf '%s\n' "$tools" >"$work/tools.go"
     (cd "$work" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true)
     (cd "$work" && GOFLAGS=-mod=mod go mod download k8s.io/kubernetes)
   fi

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,53 +52,57 @@ func (h pauseHandler) Handle(_ context.Context, r slog.Record) error {
 //     2, the precondition holds, the report lands, the gate opens.
 //  4. A turn is accepted on the committed pod.
 func TestGateNeverOpensOnAVersionItHasNotApplied(t *testing.T) {
-	f := newFakeSession()
-	var failing atomic.Bool
-	failing.Store(true)
-	f.patchErr = func(*lullv1.RuntimeReport) (error, bool) {
-		if failing.Load() {
-			return errInjected, false
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeSession()
+		var failing atomic.Bool
+		failing.Store(true)
+		f.patchErr = func(*lullv1.RuntimeReport) (error, bool) {
+			if failing.Load() {
+				return errInjected, false
+			}
+			return nil, false
 		}
-		return nil, false
-	}
-	h := pauseHandler{prefix: "the session committed to replacing this pod", reached: make(chan struct{}), release: make(chan struct{}), once: &sync.Once{}}
-	rt := newRuntime(Config{SessionName: "s1", SessionNamespace: "ns", PodName: "s1-0", PodUID: testPod, Logger: slog.New(h)}, f)
-	rt.reporter.retry = backoff{initial: time.Millisecond, max: 5 * time.Millisecond}
-	runRuntime(t, rt)
-	defer func() {
-		select {
-		case <-h.release:
-		default:
-			close(h.release)
-		}
-	}()
-	waitFor(t, "the watch to open", func() bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return len(f.watchers) > 0
-	})
-
-	// 2. The commitment.
-	f.update(func(s *lullv1.SessionStatus) {
-		s.Replacement = &lullv1.Replacement{PodUID: testPod, Reason: lullv1.ReplacementNeverStarted, CommittedAt: metav1.Now()}
-	})
-	select {
-	case <-h.reached:
-	case <-time.After(time.Second):
-		// apply logs nothing there any more: nothing to pause on.
-	}
-	// 3. The API server answers again.
-	failing.Store(false)
-	deadline := time.Now().Add(500 * time.Millisecond)
-	for time.Now().Before(deadline) {
-		if turn, err := rt.BeginTurn(TurnOptions{}); err == nil {
-			turn.End()
+		h := pauseHandler{prefix: "the session committed to replacing this pod", reached: make(chan struct{}), release: make(chan struct{}), once: &sync.Once{}}
+		cfg := testConfig(f)
+		cfg.Logger = slog.New(h)
+		rt := newRuntime(cfg, f)
+		rt.reporter.retry = backoff{initial: time.Millisecond, max: 5 * time.Millisecond}
+		runRuntime(t, rt)
+		defer func() {
+			select {
+			case <-h.release:
+			default:
+				close(h.release)
+			}
+		}()
+		settled(t, "the watch is open", func() bool {
 			f.mu.Lock()
-			pre := f.preconditions[len(f.preconditions)-1]
-			f.mu.Unlock()
-			t.Fatalf("a turn was accepted while status.replacement names this pod: the opening report was written "+
-				"with precondition %q, a version apply had recorded as seen but not yet applied to the gate", pre)
+			defer f.mu.Unlock()
+			return len(f.watchers) > 0
+		})
+
+		// 2. The commitment.
+		f.update(func(s *lullv1.SessionStatus) {
+			s.Replacement = &lullv1.Replacement{PodUID: testPod, Reason: lullv1.ReplacementNeverStarted, CommittedAt: metav1.NewTime(f.clock.Now())}
+		})
+		synctest.Wait()
+		select {
+		case <-h.reached:
+		default:
+			// apply logs nothing there any more: nothing to pause on.
 		}
-		time.Sleep(time.Millisecond)
-	}
+		// 3. The API server answers again, and the reporter retries.
+		failing.Store(false)
+		for range 10 {
+			advance(f.clock, 10*time.Millisecond)
+			if turn, err := rt.BeginTurn(TurnOptions{}); err == nil {
+				turn.End()
+				f.mu.Lock()
+				pre := f.preconditions[len(f.preconditions)-1]
+				f.mu.Unlock()
+				t.Fatalf("a turn was accepted while status.replacement names this pod: the opening report was written "+
+					"with precondition %q, a version apply had recorded as seen but not yet applied to the gate", pre)
+			}
+		}
+	})
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // backoff is an exponential backoff with jitter for retrying API calls: the
@@ -34,14 +36,19 @@ func spread(d time.Duration) time.Duration { return rand.N(d) }
 // reset starts the next failure from initial again.
 func (b *backoff) reset() { b.next = 0 }
 
-// sleep waits d or until ctx is done, and reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
+// sleep waits d on clk or until ctx is done, and reports whether ctx is
+// still live. A d of zero or less does not wait: a fake clock's timer of
+// zero fires only once the clock is moved.
+func sleep(ctx context.Context, clk clock.Clock, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := clk.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C:
+	case <-t.C():
 		return true
 	}
 }

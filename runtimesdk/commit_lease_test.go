@@ -3,6 +3,7 @@ package runtimesdk
 import (
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,14 +30,15 @@ import (
 //
 // A runtime whose pod is committed for replacement must not accept turns.
 func TestRuntimeRefusesTurnsWhileItsPodIsCommittedForReplacement(t *testing.T) {
-	f := newFakeSession()
-	f.session.Status.Replacement = &lullv1.Replacement{PodUID: testPod, Reason: lullv1.ReplacementNeverStarted, CommittedAt: metav1.Now()}
-	rt := startRuntime(t, f)
-	waitReport(t, f, "the first report", func(*lullv1.RuntimeReport) bool { return true })
-	time.Sleep(50 * time.Millisecond) // time for the gate to open after the report
-	if _, err := rt.BeginTurn(TurnOptions{}); !errors.Is(err, ErrDraining) {
-		t.Fatalf("BeginTurn while status.replacement names this pod = %v, want ErrDraining: the controller is deleting the pod", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeSession()
+		f.session.Status.Replacement = &lullv1.Replacement{PodUID: testPod, Reason: lullv1.ReplacementNeverStarted, CommittedAt: metav1.NewTime(f.clock.Now())}
+		rt := startRuntime(t, f)
+		wantReport(t, f, "the first report, published", anyReport)
+		if _, err := rt.BeginTurn(TurnOptions{}); !errors.Is(err, ErrDraining) {
+			t.Fatalf("BeginTurn while status.replacement names this pod = %v, want ErrDraining: the controller is deleting the pod", err)
+		}
+	})
 }
 
 // "A lease that runs out is not a finished turn: its client may be stalled
@@ -56,7 +58,7 @@ func TestRuntimeRefusesTurnsWhileItsPodIsCommittedForReplacement(t *testing.T) {
 // The stall tolerated must not depend on whether the request came a moment
 // before or a moment after the deadline.
 func TestLeaseLapsedJustBeforeADrainStillGetsItsGrace(t *testing.T) {
-	g := openGate(t)
+	g := openGate(t, newFakeClock())
 	turn, err := g.BeginTurn(TurnOptions{Lease: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -80,37 +82,41 @@ func TestLeaseLapsedJustBeforeADrainStillGetsItsGrace(t *testing.T) {
 // acted on. Here the commit lands between the runtime's read and its first
 // report, and the runtime's watch has not delivered it yet.
 func TestOpeningReportIsConditionalOnTheSessionItSaw(t *testing.T) {
-	f := newFakeSession()
-	committed := false
-	f.beforePatch = func() {
-		if committed {
-			return
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeSession()
+		committed := false
+		f.beforePatch = func() {
+			if committed {
+				return
+			}
+			committed = true
+			// The controller's commit, not yet delivered to the watch.
+			f.session.Status.Replacement = &lullv1.Replacement{PodUID: testPod, Reason: lullv1.ReplacementNeverStarted, CommittedAt: metav1.NewTime(f.clock.Now())}
+			f.bump()
 		}
-		committed = true
-		// The controller's commit, not yet delivered to the watch.
-		f.session.Status.Replacement = &lullv1.Replacement{PodUID: testPod, Reason: lullv1.ReplacementNeverStarted, CommittedAt: metav1.Now()}
-		f.bump()
-	}
-	rt := startRuntime(t, f)
-	waitFor(t, "the opening report is refused", func() bool {
+		rt := startRuntime(t, f)
+		settled(t, "the opening report is refused", func() bool {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return len(f.preconditions) > 0
+		})
+		if s := rt.Snapshot(); s.Accepting {
+			t.Fatalf("gate open after its opening report met a conflict: %+v", s)
+		}
 		f.mu.Lock()
-		defer f.mu.Unlock()
-		return len(f.preconditions) > 0
+		if f.preconditions[0] != "1" {
+			t.Errorf("opening report precondition = %q, want the version read (1)", f.preconditions[0])
+		}
+		f.mu.Unlock()
+		// The watch delivers the commit: the runtime holds, and never opens,
+		// however often the report is retried.
+		f.update(func(*lullv1.SessionStatus) {})
+		settled(t, "the runtime sees the commitment", func() bool { return rt.Snapshot().Replacing })
+		for range 10 {
+			advance(f.clock, 10*time.Millisecond)
+		}
+		if _, err := rt.BeginTurn(TurnOptions{}); !errors.Is(err, ErrDraining) {
+			t.Fatalf("BeginTurn on a pod committed for replacement = %v, want ErrDraining", err)
+		}
 	})
-	time.Sleep(50 * time.Millisecond)
-	if s := rt.Snapshot(); s.Accepting {
-		t.Fatalf("gate open after its opening report met a conflict: %+v", s)
-	}
-	f.mu.Lock()
-	if f.preconditions[0] != "1" {
-		t.Errorf("opening report precondition = %q, want the version read (1)", f.preconditions[0])
-	}
-	f.mu.Unlock()
-	// The watch delivers the commit: the runtime holds, and never opens.
-	f.update(func(*lullv1.SessionStatus) {})
-	waitFor(t, "the runtime sees the commitment", func() bool { return rt.Snapshot().Replacing })
-	time.Sleep(100 * time.Millisecond)
-	if _, err := rt.BeginTurn(TurnOptions{}); !errors.Is(err, ErrDraining) {
-		t.Fatalf("BeginTurn on a pod committed for replacement = %v, want ErrDraining", err)
-	}
 }

@@ -3,6 +3,7 @@ package runtimesdk
 import (
 	"errors"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,6 +24,8 @@ import (
 //
 // and in every snapshot: turns never negative, Drained only with 0 turns,
 // turns accepted only while Serving.
+//
+// The runtime's clock ticks on its own (see tick).
 func TestDrainInvariantUnderConcurrency(t *testing.T) {
 	f := newFakeSession()
 	var (
@@ -50,17 +53,19 @@ func TestDrainInvariantUnderConcurrency(t *testing.T) {
 		drainedLanded.Store(r.State == lullv1.RuntimeDrained)
 	}
 	f.patchErr = func(*lullv1.RuntimeReport) (error, bool) {
-		time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+		runtime.Gosched() // a slow write: others run meanwhile
 		if rand.IntN(10) == 0 {
 			return errInjected, rand.IntN(2) == 0
 		}
 		return nil, false
 	}
-	rt := startRuntime(t, f)
+	rt := newTestRuntime(f)
 	rt.reporter.drainingInterval = 2 * time.Millisecond
+	runRuntime(t, rt)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	tick(t, f.clock)
 
 	// Snapshot checker.
 	snaps, cancel := rt.Subscribe()
@@ -92,14 +97,23 @@ func TestDrainInvariantUnderConcurrency(t *testing.T) {
 					return
 				default:
 				}
+				// A third of the clients hold leases, and a quarter of their
+				// turns crash, leaving a lease of a few milliseconds to
+				// expire. A client that lives holds one it would renew in
+				// time: an hour, which the ticking clock does not reach while
+				// it works, so that its turn is active until it ends.
 				var opts TurnOptions
+				crash := false
 				if i%3 == 0 {
-					opts.Lease = time.Duration(1+rand.IntN(5)) * time.Millisecond
+					opts.Lease = time.Hour
+					if crash = rand.IntN(4) == 0; crash {
+						opts.Lease = time.Duration(1+rand.IntN(5)) * time.Millisecond
+					}
 				}
 				turn, err := rt.BeginTurn(opts)
 				if errors.Is(err, ErrDraining) {
 					refused.Add(1)
-					time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+					runtime.Gosched()
 					continue
 				}
 				if err != nil {
@@ -107,7 +121,7 @@ func TestDrainInvariantUnderConcurrency(t *testing.T) {
 					return
 				}
 				begun.Add(1)
-				if opts.Lease > 0 && rand.IntN(4) == 0 {
+				if crash {
 					crashed.Add(1) // never ends: the lease must release it
 					if drainedLanded.Load() {
 						violate("a turn began while a Drained report stood")
@@ -118,35 +132,36 @@ func TestDrainInvariantUnderConcurrency(t *testing.T) {
 				if drainedLanded.Load() {
 					violate("a turn began while a Drained report stood")
 				}
-				time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
+				for range rand.IntN(4) { // the turn's work
+					runtime.Gosched()
+				}
 				active.Add(-1)
 				turn.End()
 			}
 		})
 	}
 
-	// The controller: requests for this pod and for another, withdrawals.
+	// The controller: requests for this pod and for another, withdrawals,
+	// each applied by the runtime before the next. It goes on until the
+	// run has seen 40 Drained reports and 20 reopenings, or 20,000
+	// changes.
 	ids := []string{req1, req2, "idle-00112233445566ff"}
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			switch rand.IntN(4) {
-			case 0, 1:
-				f.requestDrain(ids[rand.IntN(len(ids))], testPod)
-			case 2:
-				f.requestDrain(req1, otherPod)
-			case 3:
-				f.withdraw()
-			}
-			time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+	for i := 0; i < 20000 && (drainedCount.Load() < 40 || reopenCount.Load() < 20); i++ {
+		want := ""
+		switch rand.IntN(4) {
+		case 0, 1:
+			want = ids[rand.IntN(len(ids))]
+			f.requestDrain(want, testPod)
+		case 2:
+			f.requestDrain(req1, otherPod) // for this runtime, a withdrawal
+		case 3:
+			f.withdraw()
 		}
-	})
-
-	time.Sleep(2 * time.Second)
+		awaitGate(t, rt, "the runtime applies the controller's change", func(s Snapshot) bool { return s.RequestID == want })
+		for range rand.IntN(8) {
+			runtime.Gosched()
+		}
+	}
 	close(stop)
 	wg.Wait()
 	close(violations)
@@ -155,7 +170,7 @@ func TestDrainInvariantUnderConcurrency(t *testing.T) {
 	}
 
 	f.withdraw()
-	waitFor(t, "the gate to reopen at the end", func() bool { return rt.Snapshot().Accepting })
+	awaitGate(t, rt, "the gate reopens at the end", func(s Snapshot) bool { return s.Accepting })
 	t.Logf("turns begun %d (crashed %d, expired %d), refused %d; Drained reports %d, reopenings %d",
 		begun.Load(), crashed.Load(), rt.Snapshot().ExpiredTurns, refused.Load(), drainedCount.Load(), reopenCount.Load())
 	if begun.Load() == 0 || refused.Load() == 0 || drainedCount.Load() == 0 || reopenCount.Load() == 0 {

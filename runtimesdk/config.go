@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 )
@@ -46,6 +47,26 @@ type Config struct {
 	// DefaultReportRefresh; otherwise it must lie between MinReportRefresh
 	// and MaxReportRefresh.
 	ReportRefresh time.Duration
+	// Clock is the time the runtime reads: when a coalesced report is
+	// due, the backoff of failed writes, reads and watches, how long a
+	// watch lived, turn leases and their grace, and the times of activity
+	// and of each report. Nil means the real clock. A test hands in a
+	// fake one (k8s.io/utils/clock/testing.FakeClock) and moves it with
+	// Step; the runtime starts the callbacks of the clock's AfterFunc in
+	// a goroutine of their own, so a clock may call them from where its
+	// time moves.
+	Clock clock.WithDelayedExecution
+	// OmitStart leaves status.runtime.startedAt out of every report. By
+	// default each report says when this process started (when New made
+	// the Runtime, by Clock, to the second): on the node's clock, which
+	// the kubelet's record of the runtime container's last termination is
+	// on too, so the controller can tell a restarted runtime's report
+	// from the crashed run's whatever the node's skew. Set it when the
+	// process reporting is not the runtime container's own (the drain
+	// sidecar, lull agent, reports for a runtime in another container,
+	// whose start it does not know): the controller then orders the
+	// report by its write time.
+	OmitStart bool
 }
 
 // The bounds and default of Config.ReportRefresh. The maximum is the
@@ -70,6 +91,15 @@ func (c Config) reportRefresh() (time.Duration, int32) {
 		d = DefaultReportRefresh
 	}
 	return d, int32((d + time.Second - 1) / time.Second)
+}
+
+// clock returns the clock the runtime reads: Clock, or the real clock if
+// Clock is nil.
+func (c Config) clock() clock.WithDelayedExecution {
+	if c.Clock == nil {
+		return clock.RealClock{}
+	}
+	return c.Clock
 }
 
 // CheckReportRefresh returns an error if d is outside

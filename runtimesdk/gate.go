@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	lullv1 "lull.dev/lull/api/v1alpha1"
 )
 
@@ -159,6 +161,7 @@ func (g *Gate) SetNotice(n Notice) {
 // its first Serving report is published: a runtime restarted in the same pod
 // must not accept work while a Drained report of that pod may still stand.
 type Gate struct {
+	clock        clock.WithDelayedExecution // times activity and leases
 	mu           sync.Mutex
 	state        lullv1.RuntimeState
 	requestID    string
@@ -176,9 +179,14 @@ type Gate struct {
 }
 
 // NewGate returns a gate in state Serving that refuses turns until
-// Published(lullv1.RuntimeServing) is called.
-func NewGate() *Gate {
+// Published(lullv1.RuntimeServing) is called. It reads the real clock; a
+// Runtime's gate reads Config.Clock.
+func NewGate() *Gate { return newGate(clock.RealClock{}) }
+
+// newGate is NewGate reading the time from clk.
+func newGate(clk clock.WithDelayedExecution) *Gate {
 	return &Gate{
+		clock:  clk,
 		state:  lullv1.RuntimeServing,
 		sealed: true,
 		active: make(map[*Turn]struct{}),
@@ -204,16 +212,16 @@ func (g *Gate) BeginTurn(opts TurnOptions) (*Turn, error) {
 	defer g.mu.Unlock()
 	if !g.accepting() {
 		if g.requestID != "" && g.reason == lullv1.DrainReasonIdle && !g.held {
-			g.lastActivity = time.Now()
+			g.lastActivity = g.clock.Now()
 			g.changed()
 		}
 		return nil, &DrainingError{State: g.state, RequestID: g.requestID, Reason: g.reason, Starting: !g.everServed, Replacing: g.held}
 	}
-	now := time.Now()
+	now := g.clock.Now()
 	t := &Turn{gate: g, id: newTurnID(), lease: opts.Lease, begun: now}
 	if opts.Lease > 0 {
 		t.deadline = now.Add(opts.Lease)
-		t.timer = time.AfterFunc(opts.Lease, t.checkLease)
+		t.checkLeaseIn(opts.Lease)
 	}
 	g.active[t] = struct{}{}
 	g.lastActivity = now
@@ -228,7 +236,7 @@ func (g *Gate) BeginTurn(opts TurnOptions) (*Turn, error) {
 func (g *Gate) Bump() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.lastActivity = time.Now()
+	g.lastActivity = g.clock.Now()
 	g.changed()
 }
 
@@ -350,7 +358,7 @@ func (g *Gate) endTurn(t *Turn, expired bool) {
 	if expired {
 		g.expired++
 	} else {
-		g.lastActivity = time.Now()
+		g.lastActivity = g.clock.Now()
 	}
 	g.settle()
 	g.changed()

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	lullv1 "lull.dev/lull/api/v1alpha1"
 )
 
@@ -14,10 +16,10 @@ const (
 	req2 = "update-fedcba9876543210"
 )
 
-// openGate returns a gate that has published Serving.
-func openGate(t *testing.T) *Gate {
+// openGate returns a gate on clk that has published Serving.
+func openGate(t *testing.T, clk clock.WithDelayedExecution) *Gate {
 	t.Helper()
-	g := NewGate()
+	g := newGate(clk)
 	g.Published(lullv1.RuntimeServing)
 	if !g.Snapshot().Accepting {
 		t.Fatal("gate does not accept turns after Published(Serving)")
@@ -133,7 +135,7 @@ func TestGateTransitions(t *testing.T) {
 		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := openGate(t)
+			g := openGate(t, newFakeClock())
 			var turns []*Turn
 			for i, s := range tc.steps {
 				before := g.Snapshot()
@@ -183,7 +185,7 @@ func TestDrainingErrorNamesTheDrain(t *testing.T) {
 			// The same pod serves again once the request is withdrawn.
 			advice = ": retry the turn in a moment"
 		}
-		g := openGate(t)
+		g := openGate(t, newFakeClock())
 		turn, _ := g.BeginTurn(TurnOptions{})
 		g.SetRequest(req1, reason)
 		_, err := g.BeginTurn(TurnOptions{})
@@ -199,7 +201,7 @@ func TestDrainingErrorNamesTheDrain(t *testing.T) {
 			t.Errorf("%s: BeginTurn once drained = %v, want a Drained DrainingError", reason, err)
 		}
 	}
-	g := openGate(t)
+	g := openGate(t, newFakeClock())
 	g.SetRequest(req1, lullv1.DrainReasonUpdate)
 	g.SetRequest("", "")
 	if _, err := g.BeginTurn(TurnOptions{}); err == nil || !strings.Contains(err.Error(), "reopening") {
@@ -208,19 +210,23 @@ func TestDrainingErrorNamesTheDrain(t *testing.T) {
 }
 
 func TestActivityCountsOnlyRealTurns(t *testing.T) {
-	g := openGate(t)
+	clk := newFakeClock()
+	g := openGate(t, clk)
 	if !g.Snapshot().LastActivity.IsZero() {
 		t.Fatal("a new gate has activity")
 	}
+	// since reports whether the last activity is at t0 or later; the
+	// clock is moved on before each t0 is taken, so that only activity
+	// recorded after it counts.
 	since := func(t0 time.Time) bool { return !g.Snapshot().LastActivity.Before(t0) }
 
-	t0 := time.Now()
+	t0 := clk.Now()
 	turn, _ := g.BeginTurn(TurnOptions{Lease: time.Hour})
 	if !since(t0) {
 		t.Error("BeginTurn did not record activity")
 	}
 	mark := g.Snapshot().LastActivity
-	time.Sleep(2 * time.Millisecond)
+	clk.Step(2 * time.Millisecond)
 	if _, err := turn.Renew(); err != nil {
 		t.Fatal(err)
 	}
@@ -228,19 +234,21 @@ func TestActivityCountsOnlyRealTurns(t *testing.T) {
 	if got := g.Snapshot().LastActivity; !got.Equal(mark) {
 		t.Error("Renew or Snapshot recorded activity")
 	}
-	t1 := time.Now()
+	t1 := clk.Now()
 	turn.End()
 	if !since(t1) {
 		t.Error("End did not record activity")
 	}
 	mark = g.Snapshot().LastActivity
+	clk.Step(2 * time.Millisecond)
 	turn.End()
 	g.SetRequest(req1, lullv1.DrainReasonUpdate)
 	g.BeginTurn(TurnOptions{}) //nolint:errcheck // refused
 	if got := g.Snapshot().LastActivity; !got.Equal(mark) {
 		t.Error("a second End, a drain request or a refused turn recorded activity")
 	}
-	t2 := time.Now()
+	clk.Step(2 * time.Millisecond)
+	t2 := clk.Now()
 	g.Bump()
 	if !since(t2) {
 		t.Error("Bump did not record activity")
@@ -248,7 +256,7 @@ func TestActivityCountsOnlyRealTurns(t *testing.T) {
 }
 
 func TestSubscribe(t *testing.T) {
-	g := openGate(t)
+	g := openGate(t, newFakeClock())
 	ch, cancel := g.Subscribe()
 	first := <-ch
 	if first != g.Snapshot() {

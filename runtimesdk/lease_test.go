@@ -3,6 +3,7 @@ package runtimesdk
 import (
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
@@ -40,12 +41,13 @@ func TestLeaseFate(t *testing.T) {
 func lapse(g *Gate, turn *Turn) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	turn.deadline = time.Now().Add(-time.Millisecond)
+	turn.deadline = g.clock.Now().Add(-time.Millisecond)
 }
 
 func TestLateRenewDuringADrainRevivesTheTurn(t *testing.T) {
 	for _, timerFired := range []bool{true, false} {
-		g := openGate(t)
+		clk := newFakeClock()
+		g := openGate(t, clk)
 		turn, err := g.BeginTurn(TurnOptions{Lease: time.Hour})
 		if err != nil {
 			t.Fatal(err)
@@ -62,7 +64,7 @@ func TestLateRenewDuringADrainRevivesTheTurn(t *testing.T) {
 			}
 		}
 		exp, err := turn.Renew()
-		if err != nil || time.Until(exp) < 59*time.Minute {
+		if err != nil || exp.Sub(clk.Now()) < 59*time.Minute {
 			t.Fatalf("late Renew (timer fired %v) = %v, %v; want a full new lease", timerFired, exp, err)
 		}
 		if s := g.Snapshot(); s.State != lullv1.RuntimeDraining || s.ActiveTurns != 1 || s.LapsedTurns != 0 || s.ExpiredTurns != 0 {
@@ -76,53 +78,40 @@ func TestLateRenewDuringADrainRevivesTheTurn(t *testing.T) {
 }
 
 func TestLapsedLeaseHoldsTheDrainForItsGrace(t *testing.T) {
-	g := openGate(t)
-	const lease = 40 * time.Millisecond
-	begun := time.Now()
-	crashed, err := g.BeginTurn(TurnOptions{Lease: lease})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.SetRequest(req1, lullv1.DrainReasonUpdate)
-	snaps, cancel := g.Subscribe()
-	defer cancel()
-	sawLapsed := false
-	timeout := time.After(5 * time.Second)
-	for drained := false; !drained; {
-		var s Snapshot
-		select {
-		case s = <-snaps:
-		case <-timeout:
-			t.Fatalf("no Drained after the grace: %+v", g.Snapshot())
+	synctest.Test(t, func(t *testing.T) {
+		clk := newFakeClock()
+		g := openGate(t, clk)
+		const lease = 40 * time.Millisecond
+		crashed, err := g.BeginTurn(TurnOptions{Lease: lease})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if s.LapsedTurns == 1 {
-			sawLapsed = true
+		g.SetRequest(req1, lullv1.DrainReasonUpdate)
+		advance(clk, lease)
+		if s := g.Snapshot(); s.State != lullv1.RuntimeDraining || s.ActiveTurns != 1 || s.LapsedTurns != 1 {
+			t.Fatalf("once the lease ran out: %+v, want Draining with the turn active and lapsed", s)
 		}
-		if drained = s.State == lullv1.RuntimeDrained; !drained {
-			continue
+		// Drained before deadline + grace would mean the grace was skipped.
+		advance(clk, lease-time.Nanosecond)
+		if s := g.Snapshot(); s.State != lullv1.RuntimeDraining || s.LapsedTurns != 1 {
+			t.Fatalf("a moment before the grace ends: %+v, want still Draining with the turn lapsed", s)
 		}
-		// Timers never fire early: Drained before deadline + grace would
-		// mean the grace was skipped.
-		if d := time.Since(begun); d < 2*lease {
-			t.Errorf("Drained %v after the turn began, want at least lease + grace = %v", d, 2*lease)
+		advance(clk, time.Nanosecond)
+		if s := g.Snapshot(); s.State != lullv1.RuntimeDrained || s.ActiveTurns != 0 || s.LapsedTurns != 0 || s.ExpiredTurns != 1 {
+			t.Errorf("once the grace ended: %+v, want Drained with 0 active, 0 lapsed, 1 expired", s)
 		}
-		if s.ActiveTurns != 0 || s.LapsedTurns != 0 || s.ExpiredTurns != 1 {
-			t.Errorf("Drained snapshot %+v, want 0 active, 0 lapsed, 1 expired", s)
+		if _, err := crashed.Renew(); !errors.Is(err, ErrLeaseExpired) {
+			t.Errorf("Renew after the grace = %v, want ErrLeaseExpired", err)
 		}
-	}
-	if !sawLapsed {
-		t.Error("no snapshot showed the lapsed turn")
-	}
-	if _, err := crashed.Renew(); !errors.Is(err, ErrLeaseExpired) {
-		t.Errorf("Renew after the grace = %v, want ErrLeaseExpired", err)
-	}
+	})
 }
 
 // Outside a drain a lapsed lease gets the same grace as during one: a drain
 // request that arrives inside the grace finds the turn active, and the
 // turn ends, counted as expired, only once the grace has passed too.
 func TestExpiryOutsideADrainWaitsOutTheGraceToo(t *testing.T) {
-	g := openGate(t)
+	clk := newFakeClock()
+	g := openGate(t, clk)
 	turn, err := g.BeginTurn(TurnOptions{Lease: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +123,7 @@ func TestExpiryOutsideADrainWaitsOutTheGraceToo(t *testing.T) {
 	}
 	// The grace runs out.
 	g.mu.Lock()
-	turn.graceUntil = time.Now().Add(-time.Millisecond)
+	turn.graceUntil = clk.Now().Add(-time.Millisecond)
 	g.mu.Unlock()
 	turn.checkLease()
 	if _, err := turn.Renew(); !errors.Is(err, ErrLeaseExpired) {
@@ -147,21 +136,26 @@ func TestExpiryOutsideADrainWaitsOutTheGraceToo(t *testing.T) {
 }
 
 func TestExpiredTurnsAreReportedAtOnce(t *testing.T) {
-	f := newFakeSession()
-	rt := startRuntime(t, f)
-	waitFor(t, "the gate to open", func() bool { return rt.Snapshot().Accepting })
-	if _, err := rt.BeginTurn(TurnOptions{Lease: 10 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
-	// Outside a drain a changed turn count waits a minute; an expiry (after
-	// the lease and its grace of one more lease) does not.
-	r := waitReport(t, f, "a report of the expiry", func(r *lullv1.RuntimeReport) bool { return r.ExpiredTurns == 1 })
-	if r.State != lullv1.RuntimeServing || r.ActiveTurns != 0 {
-		t.Errorf("report %+v, want Serving with 0 active turns", r)
-	}
-	f.requestDrain(req1, testPod)
-	r = waitReport(t, f, "Drained", isState(lullv1.RuntimeDrained, req1))
-	if r.ExpiredTurns != 1 {
-		t.Errorf("Drained report %+v, want expiredTurns 1", r)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const lease = 10 * time.Millisecond
+		f := newFakeSession()
+		rt := startRuntime(t, f)
+		settled(t, "the gate is open", func() bool { return rt.Snapshot().Accepting })
+		if _, err := rt.BeginTurn(TurnOptions{Lease: lease}); err != nil {
+			t.Fatal(err)
+		}
+		// Outside a drain a changed turn count waits a minute; an expiry (after
+		// the lease and its grace of one more lease) does not.
+		advance(f.clock, lease)
+		advance(f.clock, lease)
+		r := wantReport(t, f, "a report of the expiry", func(r *lullv1.RuntimeReport) bool { return r.ExpiredTurns == 1 })
+		if r.State != lullv1.RuntimeServing || r.ActiveTurns != 0 {
+			t.Errorf("report %+v, want Serving with 0 active turns", r)
+		}
+		f.requestDrain(req1, testPod)
+		r = wantReport(t, f, "Drained", isState(lullv1.RuntimeDrained, req1))
+		if r.ExpiredTurns != 1 {
+			t.Errorf("Drained report %+v, want expiredTurns 1", r)
+		}
+	})
 }

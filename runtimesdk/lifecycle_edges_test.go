@@ -2,9 +2,11 @@ package runtimesdk
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,18 +23,21 @@ import (
 // RuntimeNotReporting). Only a runtime the session moved away from (it
 // named this pod, and now names another) writes nothing more.
 func TestNewPodReportsBeforeTheSessionNamesIt(t *testing.T) {
-	f := newFakeSession()
-	// The session still names the previous pod, whose last report stands.
-	f.session.Status.PodUID = otherPod
-	prev := metav1.NewTime(time.Now().Add(-time.Minute))
-	f.session.Status.Runtime = &lullv1.RuntimeReport{PodUID: otherPod, State: lullv1.RuntimeDrained, RequestID: req1, RefreshSeconds: 60, ReportedAt: &prev}
-	rt := shortRefreshRuntime(f)
-	runRuntime(t, rt)
-	waitReport(t, f, "the new pod's Serving report", func(r *lullv1.RuntimeReport) bool {
-		return r.PodUID == testPod && isState(lullv1.RuntimeServing, "")(r)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeSession()
+		// The session still names the previous pod, whose last report stands.
+		f.session.Status.PodUID = otherPod
+		prev := metav1.NewTime(f.clock.Now().Add(-time.Minute))
+		f.session.Status.Runtime = &lullv1.RuntimeReport{PodUID: otherPod, State: lullv1.RuntimeDrained, RequestID: req1, RefreshSeconds: 60, ReportedAt: &prev}
+		rt := shortRefreshRuntime(f)
+		runRuntime(t, rt)
+		wantReport(t, f, "the new pod's Serving report", func(r *lullv1.RuntimeReport) bool {
+			return r.PodUID == testPod && isState(lullv1.RuntimeServing, "")(r)
+		})
+		rt.Bump()
+		advance(f.clock, shortRefresh)
+		wantReport(t, f, "the new pod's activity, a refresh later", func(r *lullv1.RuntimeReport) bool { return r.PodUID == testPod && r.LastActivity != nil })
 	})
-	rt.Bump()
-	waitReport(t, f, "the new pod's activity", func(r *lullv1.RuntimeReport) bool { return r.PodUID == testPod && r.LastActivity != nil })
 }
 
 // Guarantees of the seal around an idle cull, under concurrency: clients
@@ -53,75 +58,116 @@ func TestNoTurnAfterACommittedIdleCullUnderConcurrency(t *testing.T) {
 	}()
 	for round := range 20 {
 		f := newFakeSession()
-		rt := startRuntime(t, f)
+		reported := make(chan struct{}, 1)
+		f.onReport = func(*lullv1.RuntimeReport) {
+			select {
+			case reported <- struct{}{}:
+			default:
+			}
+		}
+		rt := newTestRuntime(f)
 		rt.reporter.drainingInterval = time.Millisecond
-		waitFor(t, "the gate to open", func() bool { return rt.Snapshot().Accepting })
+		runRuntime(t, rt)
+		stopTicking := tick(t, f.clock)
+		awaitGate(t, rt, "the gate opens", func(s Snapshot) bool { return s.Accepting })
 
-		var committed atomic.Bool
+		var committed, held atomic.Bool
 		var acceptedAfterCommit atomic.Int64
 		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for range 8 {
+		var wg, attemptsOnceHeld sync.WaitGroup
+		const clients, attemptsEachOnceHeld = 8, 50
+		attemptsOnceHeld.Add(clients)
+		for range clients {
 			wg.Go(func() {
+				onceHeld := 0
 				for {
 					select {
 					case <-stop:
 						return
 					default:
 					}
-					wasCommitted := committed.Load()
+					wasCommitted, wasHeld := committed.Load(), held.Load()
 					turn, err := rt.BeginTurn(TurnOptions{})
+					if wasHeld {
+						if onceHeld++; onceHeld == attemptsEachOnceHeld {
+							attemptsOnceHeld.Done()
+						}
+					}
 					if err == nil {
 						if wasCommitted {
 							acceptedAfterCommit.Add(1)
 						}
-						time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+						for range rand.IntN(4) { // the turn's work
+							runtime.Gosched()
+						}
 						turn.End()
 						continue
 					}
-					time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+					runtime.Gosched()
 				}
 			})
 		}
-		// The controller.
-		seq := int64(0)
-		deadline := time.Now().Add(2 * time.Second)
-		for !committed.Load() && time.Now().Before(deadline) {
-			f.mu.Lock()
-			st := &f.session.Status
-			switch r := st.Runtime; {
-			case st.Drain == nil:
-				seq++
-				st.Drain = &lullv1.DrainRequest{RequestID: drain.RequestID(testPod, lullv1.DrainReasonIdle, seq), PodUID: testPod, Reason: lullv1.DrainReasonIdle, Sequence: seq}
-				f.bumpAndSend()
-			case r != nil && r.State == lullv1.RuntimeDrained && r.RequestID == st.Drain.RequestID && rand.IntN(3) == 0:
-				st.Replacement = &lullv1.Replacement{PodUID: testPod, Reason: lullv1.ReplacementDrained, RequestID: st.Drain.RequestID}
-				committed.Store(true)
-				f.bumpAndSend()
-			case r != nil && r.LastActivity != nil && rand.IntN(2) == 0:
-				st.Drain = nil // woken
-				f.bumpAndSend()
+		// The controller: a request, then, once the runtime has answered
+		// it or not, a withdrawal or (if it answered Drained) the
+		// commitment.
+		for seq := int64(1); seq <= 50 && !committed.Load(); seq++ {
+			id := drain.RequestID(testPod, lullv1.DrainReasonIdle, seq)
+			f.requestDrainFor(id, testPod, lullv1.DrainReasonIdle)
+			awaitGate(t, rt, "the runtime applies the request", func(s Snapshot) bool { return s.RequestID == id })
+			for acted := false; !acted; {
+				for range rand.IntN(64) {
+					runtime.Gosched()
+				}
+				f.mu.Lock()
+				st := &f.session.Status
+				r := st.Runtime
+				answered := r != nil && r.State == lullv1.RuntimeDrained && r.RequestID == id
+				switch {
+				case answered && rand.IntN(3) == 0:
+					st.Replacement = &lullv1.Replacement{PodUID: testPod, Reason: lullv1.ReplacementDrained, RequestID: id}
+					committed.Store(true)
+					f.bumpAndSend()
+					acted = true
+				case r != nil && r.LastActivity != nil && rand.IntN(2) == 0:
+					st.Drain = nil // woken
+					f.bumpAndSend()
+					acted = true
+				}
+				f.mu.Unlock()
+				if !acted && !answered {
+					select { // the runtime's answer (Drained comes at once once the turns have ended)
+					case <-reported:
+					case <-time.After(10 * time.Second):
+						t.Fatalf("round %d: no report for %s within 10 s; the gate is %+v", round, id, rt.Snapshot())
+					}
+				}
 			}
-			f.mu.Unlock()
-			time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+			if !committed.Load() {
+				awaitGate(t, rt, "the runtime applies the withdrawal", func(s Snapshot) bool { return s.RequestID == "" })
+			}
 		}
 		if !committed.Load() {
 			close(stop)
 			wg.Wait()
+			stopTicking()
 			continue
 		}
 		commits++
-		waitFor(t, "the runtime to apply the commitment", func() bool { return rt.Snapshot().Replacing })
-		held := rt.Snapshot()
-		time.Sleep(50 * time.Millisecond)
+		before := awaitGate(t, rt, "the runtime applies the commitment", func(s Snapshot) bool { return s.Replacing })
+		// Time moves on, so that an attempt recorded as activity from now
+		// on would show.
+		f.clock.Step(time.Second)
+		held.Store(true)
+		attemptsOnceHeld.Wait()
 		close(stop)
 		wg.Wait()
+		stopTicking()
 		after := rt.Snapshot()
 		if n := acceptedAfterCommit.Load(); n != 0 {
 			t.Fatalf("round %d: %d turns accepted after the idle cull's replacement was committed", round, n)
 		}
-		if after.Accepting || !after.LastActivity.Equal(held.LastActivity) {
-			t.Fatalf("round %d: after the runtime applied the commitment: accepting %v, lastActivity %v (was %v)", round, after.Accepting, after.LastActivity, held.LastActivity)
+		if after.Accepting || !after.LastActivity.Equal(before.LastActivity) {
+			t.Fatalf("round %d: after the runtime applied the commitment: accepting %v, lastActivity %v (was %v)", round, after.Accepting, after.LastActivity, before.LastActivity)
 		}
 	}
 }

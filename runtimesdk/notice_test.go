@@ -36,8 +36,7 @@ func TestNotice(t *testing.T) {
 		})
 	}
 
-	g := NewGate()
-	g.Published(lullv1.RuntimeServing)
+	g := openGate(t, newFakeClock())
 	g.SetNotice(Notice{Deadline: deadline.Time, UpdatePending: true, UpdateRevision: "r2"})
 	snap := g.Snapshot()
 	if !snap.Deadline.Equal(deadline.Time) || !snap.UpdatePending || snap.UpdateRevision != "r2" || !snap.Accepting {

@@ -10,6 +10,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/drain"
@@ -49,6 +50,8 @@ type reporter struct {
 	gate *Gate
 	pod  types.UID
 	log  *slog.Logger
+	// clock is the time reports are due by and stamped with.
+	clock clock.Clock
 
 	drainingInterval time.Duration
 	// refresh is the longest a change of turn count or activity stays
@@ -56,6 +59,9 @@ type reporter struct {
 	// (RefreshSeconds), never less.
 	refresh        time.Duration
 	refreshSeconds int32
+	// started is what every report says of when this process started
+	// (RuntimeReport.StartedAt; Config.OmitStart); nil: left out.
+	started *metav1.Time
 
 	retry backoff
 	// reassert spaces rewrites of a report someone else overwrote, so a
@@ -121,10 +127,11 @@ type storedReport struct {
 }
 
 // newReporter returns the reporter of pod's runtime, which leaves a change
-// of activity unwritten for refresh at most (see Config.reportRefresh).
-func newReporter(api sessionAPI, gate *Gate, pod types.UID, refresh time.Duration, refreshSeconds int32, log *slog.Logger) *reporter {
+// of activity unwritten for refresh at most (see Config.reportRefresh),
+// by clk.
+func newReporter(api sessionAPI, gate *Gate, pod types.UID, refresh time.Duration, refreshSeconds int32, log *slog.Logger, clk clock.Clock) *reporter {
 	return &reporter{
-		api: api, gate: gate, pod: pod, log: log,
+		api: api, gate: gate, pod: pod, log: log, clock: clk,
 		drainingInterval: drainingReportInterval,
 		refresh:          refresh,
 		refreshSeconds:   refreshSeconds,
@@ -155,7 +162,7 @@ func (r *reporter) observe(report *lullv1.RuntimeReport, resourceVersion string)
 func (r *reporter) run(ctx context.Context) {
 	snapshots, cancel := r.gate.Subscribe()
 	defer cancel()
-	timer := time.NewTimer(0)
+	timer := r.clock.NewTimer(0)
 	timer.Stop()
 	defer timer.Stop()
 
@@ -171,7 +178,7 @@ func (r *reporter) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case latest = <-snapshots:
-		case <-timer.C:
+		case <-timer.C():
 		case <-r.namedAgain:
 		case stored := <-r.stored:
 			switch {
@@ -185,10 +192,15 @@ func (r *reporter) run(ctx context.Context) {
 				// while someone keeps overwriting it.
 				r.log.Info("status.runtime was overwritten; writing the report again", "found", describeReport(stored.report))
 				written = nil
-				notBefore = laterOf(notBefore, time.Now().Add(r.reassert.step()))
+				notBefore = laterOf(notBefore, r.clock.Now().Add(r.reassert.step()))
 			}
 		}
-		want := reportFor(r.pod, latest, r.refreshSeconds)
+		if latest.State == "" {
+			// Woken before the gate's first snapshot was read (by the
+			// report the runtime read at start): nothing to report yet.
+			continue
+		}
+		want := reportFor(r.pod, latest, r.refreshSeconds, r.started)
 		if sameReport(want, written) {
 			// Nothing to write: no request, and no timer to wake for.
 			r.gate.Published(written.State)
@@ -200,9 +212,9 @@ func (r *reporter) run(ctx context.Context) {
 			// pod again reaches the loop as a stored report.
 			continue
 		}
-		now := time.Now()
+		now := r.clock.Now()
 		if at := laterOf(notBefore, r.due(want, written, writtenAt, latest.Reason)); now.Before(at) {
-			timer.Reset(at.Sub(now))
+			rearm(timer, at.Sub(now))
 			continue
 		}
 		rv, err := r.write(ctx, want)
@@ -213,13 +225,13 @@ func (r *reporter) run(ctx context.Context) {
 			written = nil // the write may or may not have landed
 			d := r.retry.step()
 			notBefore = now.Add(d)
-			timer.Reset(d)
+			rearm(timer, d)
 			r.log.Error("writing runtime report failed; retrying", "state", want.State, "request", want.RequestID, "err", err, "retryIn", d.Round(time.Millisecond))
 			continue
 		}
 		r.retry.reset()
 		notBefore = time.Time{}
-		written, writtenAt = want, time.Now()
+		written, writtenAt = want, r.clock.Now()
 		writtenRV, _ = strconv.ParseUint(rv, 10, 64)
 		r.gate.Published(want.State)
 	}
@@ -263,7 +275,7 @@ func (r *reporter) due(want, written *lullv1.RuntimeReport, writtenAt time.Time,
 // precondition, so of the two writes only the first lands.
 func (r *reporter) write(ctx context.Context, report *lullv1.RuntimeReport) (string, error) {
 	stamped := report.DeepCopy()
-	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	now := metav1.NewTime(r.clock.Now().Truncate(time.Second))
 	stamped.ReportedAt = &now
 	patch, err := drain.EncodeReport(stamped)
 	if err != nil {
@@ -284,11 +296,13 @@ func (r *reporter) write(ctx context.Context, report *lullv1.RuntimeReport) (str
 }
 
 // reportFor returns the report of pod for snapshot s, without ReportedAt,
-// saying a change of activity stays unwritten for refreshSeconds at most. LastActivity is kept
-// to the second, the precision the API stores.
-func reportFor(pod types.UID, s Snapshot, refreshSeconds int32) *lullv1.RuntimeReport {
+// saying a change of activity stays unwritten for refreshSeconds at most
+// and that the process started at started (nil: not said). LastActivity is
+// kept to the second, the precision the API stores.
+func reportFor(pod types.UID, s Snapshot, refreshSeconds int32, started *metav1.Time) *lullv1.RuntimeReport {
 	r := &lullv1.RuntimeReport{
 		PodUID:         pod,
+		StartedAt:      started,
 		RequestID:      s.RequestID,
 		State:          s.State,
 		ActiveTurns:    int32(s.ActiveTurns),
@@ -316,7 +330,7 @@ func sameReport(a, b *lullv1.RuntimeReport) bool {
 	}
 	return a.PodUID == b.PodUID && a.RequestID == b.RequestID && a.State == b.State &&
 		a.ActiveTurns == b.ActiveTurns && a.ExpiredTurns == b.ExpiredTurns && timeEqual(a.LastActivity, b.LastActivity) &&
-		a.RefreshSeconds == b.RefreshSeconds
+		a.RefreshSeconds == b.RefreshSeconds && timeEqual(a.StartedAt, b.StartedAt)
 }
 
 func timeEqual(a, b *metav1.Time) bool {
@@ -324,6 +338,21 @@ func timeEqual(a, b *metav1.Time) bool {
 		return a == b
 	}
 	return a.Equal(b)
+}
+
+// rearm makes timer fire d from now, dropping a firing it has not yet
+// delivered. A timer of the real clock drops it on Reset by itself; a
+// fake clock's (k8s.io/utils/clock/testing) keeps it in the timer's
+// channel, and its next firing would then hold the clock (and every
+// reader of it, this reporter too) until the channel is read.
+func rearm(timer clock.Timer, d time.Duration) {
+	if !timer.Stop() {
+		select {
+		case <-timer.C():
+		default:
+		}
+	}
+	timer.Reset(d)
 }
 
 func laterOf(a, b time.Time) time.Time {

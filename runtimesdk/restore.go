@@ -74,7 +74,7 @@ func (t *Turn) Record() TurnRecord {
 // whatever the gate's state: its client may have been unable to renew only
 // because nothing was listening.
 func (g *Gate) Restore(records []TurnRecord) ([]*Turn, error) {
-	now := time.Now()
+	now := g.clock.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch {
@@ -107,7 +107,7 @@ func (g *Gate) Restore(records []TurnRecord) ([]*Turn, error) {
 			if wait <= 0 {
 				t.graceUntil, wait = now.Add(r.Lease), r.Lease
 			}
-			t.timer = time.AfterFunc(wait, t.checkLease)
+			t.checkLeaseIn(wait)
 		}
 		g.active[t] = struct{}{}
 		if r.Begun.After(g.lastActivity) {

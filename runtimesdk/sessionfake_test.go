@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strconv"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/drain"
@@ -30,6 +31,11 @@ const (
 // patch must be a report drain.DecodeReport accepts; it replaces
 // status.runtime.
 type fakeSession struct {
+	// clock is the time of the runtimes the test runs against the
+	// session (see newTestRuntime): it stands still until the test moves
+	// it.
+	clock *clocktesting.FakeClock
+
 	mu       sync.Mutex
 	session  *lullv1.Session
 	rv       int
@@ -70,6 +76,7 @@ type fakeSession struct {
 
 func newFakeSession() *fakeSession {
 	return &fakeSession{
+		clock: newFakeClock(),
 		session: &lullv1.Session{
 			ObjectMeta: metav1.ObjectMeta{Name: "s1", Namespace: "ns", ResourceVersion: "1"},
 			Status:     lullv1.SessionStatus{PodUID: testPod, Phase: lullv1.SessionRunning},
@@ -230,7 +237,7 @@ func (f *fakeSession) requestDrain(id string, pod types.UID) {
 // status.drain.
 func (f *fakeSession) requestDrainFor(id string, pod types.UID, reason lullv1.DrainReason) {
 	f.update(func(s *lullv1.SessionStatus) {
-		s.Drain = &lullv1.DrainRequest{RequestID: id, PodUID: pod, Reason: reason, RequestedAt: metav1.Now()}
+		s.Drain = &lullv1.DrainRequest{RequestID: id, PodUID: pod, Reason: reason, RequestedAt: metav1.NewTime(f.clock.Now())}
 	})
 }
 
@@ -260,12 +267,19 @@ func startRuntime(t *testing.T, f *fakeSession) *Runtime {
 	return rt
 }
 
-// newTestRuntime returns a runtime for testPod against f, not yet running.
+// newTestRuntime returns a runtime for testPod against f, on f's clock, not
+// yet running.
 func newTestRuntime(f *fakeSession) *Runtime {
-	rt := newRuntime(Config{SessionName: "s1", SessionNamespace: "ns", PodName: "s1-0", PodUID: testPod,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, f)
+	rt := newRuntime(testConfig(f), f)
 	rt.reporter.retry = backoff{initial: time.Millisecond, max: 5 * time.Millisecond}
 	return rt
+}
+
+// testConfig is the Config of a runtime for testPod against f, on f's
+// clock, logging nowhere.
+func testConfig(f *fakeSession) Config {
+	return Config{SessionName: "s1", SessionNamespace: "ns", PodName: "s1-0", PodUID: testPod,
+		Logger: slog.New(slog.DiscardHandler), Clock: f.clock}
 }
 
 // runRuntime runs rt until the test ends.
@@ -287,16 +301,53 @@ func runRuntime(t *testing.T, rt *Runtime) {
 	})
 }
 
-// waitReport waits until the last landed report satisfies ok.
-func waitReport(t *testing.T, f *fakeSession, what string, ok func(*lullv1.RuntimeReport) bool) *lullv1.RuntimeReport {
+// settled waits until every other goroutine of the test's synctest bubble
+// is blocked, so that the runtime has done all it can before its clock
+// moves, and fails the test unless cond then holds.
+func settled(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	var r *lullv1.RuntimeReport
-	waitFor(t, what, func() bool {
-		r = f.lastReport()
-		return r != nil && ok(r)
-	})
+	synctest.Wait()
+	if !cond() {
+		t.Fatalf("%s: not so once the runtime had settled", what)
+	}
+}
+
+// wantReport waits as settled does and returns the report last landed,
+// failing the test unless there is one and it satisfies ok.
+func wantReport(t *testing.T, f *fakeSession, what string, ok func(*lullv1.RuntimeReport) bool) *lullv1.RuntimeReport {
+	t.Helper()
+	synctest.Wait()
+	r := f.lastReport()
+	if r == nil || !ok(r) {
+		t.Fatalf("%s: the last report is %s once the runtime had settled", what, describeReport(r))
+	}
 	return r
 }
+
+// awaitGate waits until a snapshot of rt's gate satisfies ok and returns
+// it; it fails the test if none does within ten seconds. It is for the
+// tests that run outside a synctest bubble (the stress tests: their
+// clients never block, so a bubble never settles), and must be called
+// from the test's goroutine.
+func awaitGate(t *testing.T, rt *Runtime, what string, ok func(Snapshot) bool) Snapshot {
+	t.Helper()
+	snapshots, cancel := rt.Subscribe()
+	defer cancel()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case s := <-snapshots:
+			if ok(s) {
+				return s
+			}
+		case <-timeout:
+			t.Fatalf("%s: not so within 10 s; the gate is %+v", what, rt.Snapshot())
+		}
+	}
+}
+
+// anyReport accepts every report.
+func anyReport(*lullv1.RuntimeReport) bool { return true }
 
 func isState(s lullv1.RuntimeState, id string) func(*lullv1.RuntimeReport) bool {
 	return func(r *lullv1.RuntimeReport) bool { return r.State == s && r.RequestID == id }

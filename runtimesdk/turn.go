@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // TurnOptions configure one turn.
@@ -34,9 +36,9 @@ type Turn struct {
 	begun time.Time
 
 	// Guarded by gate.mu.
-	deadline   time.Time // zero without a lease
-	graceUntil time.Time // end of the grace of a lapsed lease; zero if none
-	timer      *time.Timer
+	deadline   time.Time   // zero without a lease
+	graceUntil time.Time   // end of the grace of a lapsed lease; zero if none
+	timer      clock.Timer // calls checkLease; nil without a lease
 	done       bool
 	expired    bool
 }
@@ -67,14 +69,14 @@ func (t *Turn) Renew() (time.Time, error) {
 	if t.lease == 0 {
 		return time.Time{}, nil
 	}
-	now := time.Now()
+	now := g.clock.Now()
 	if state, _ := leaseFate(t.deadline, t.graceUntil, now, t.lease); state == leaseExpired {
 		g.endTurn(t, true)
 		return time.Time{}, ErrLeaseExpired
 	}
 	revived := !t.graceUntil.IsZero()
 	t.deadline, t.graceUntil = now.Add(t.lease), time.Time{}
-	t.timer.Reset(t.lease)
+	t.checkLeaseIn(t.lease)
 	if revived {
 		g.changed()
 	}
@@ -117,17 +119,35 @@ func (t *Turn) checkLease() {
 	if t.done {
 		return
 	}
-	now := time.Now()
+	now := g.clock.Now()
 	switch state, graceUntil := leaseFate(t.deadline, t.graceUntil, now, t.lease); state {
 	case leaseLapsed:
 		if t.graceUntil.IsZero() {
 			t.graceUntil = graceUntil
 			g.changed()
 		}
-		t.timer.Reset(graceUntil.Sub(now))
+		t.checkLeaseIn(graceUntil.Sub(now))
 	case leaseExpired:
 		g.endTurn(t, true)
 	}
+}
+
+// checkLeaseIn makes checkLease run d from now on the gate's clock, in a
+// goroutine of its own, in place of any earlier call not yet made.
+// gate.mu is held.
+//
+// The timer's callback starts checkLease rather than being it, and each
+// call arms a new timer rather than resetting the last one, for the fake
+// clock of k8s.io/utils/clock/testing: it calls an AfterFunc callback
+// from its Step with its own lock held, where checkLease (which reads the
+// clock and arms a timer) would wait for that lock for ever; and an
+// AfterFunc timer of it that has fired and is reset blocks its Step when
+// it fires again (its channel, which no one reads, is full).
+func (t *Turn) checkLeaseIn(d time.Duration) {
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+	t.timer = t.gate.clock.AfterFunc(d, func() { go t.checkLease() })
 }
 
 func newTurnID() string {

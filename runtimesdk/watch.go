@@ -119,7 +119,7 @@ func (r *Runtime) getSession(ctx context.Context, b *backoff) *lullv1.Session {
 		}
 		d := b.step()
 		r.log.Error("reading session failed; retrying", "err", err, "retryIn", d.Round(time.Millisecond))
-		if !sleep(ctx, d) {
+		if !sleep(ctx, r.clock, d) {
 			return nil
 		}
 	}
@@ -138,7 +138,7 @@ func (r *Runtime) watch(ctx context.Context, s *lullv1.Session) {
 	rv := s.ResourceVersion
 	for {
 		timeout := watchTimeout()
-		started := time.Now()
+		started := r.clock.Now()
 		last, err := r.follow(ctx, rv, timeout)
 		if ctx.Err() != nil {
 			return
@@ -146,7 +146,7 @@ func (r *Runtime) watch(ctx context.Context, s *lullv1.Session) {
 		if last != "" {
 			rv = last
 		}
-		step := afterWatch(err, time.Since(started), timeout)
+		step := afterWatch(err, r.clock.Since(started), timeout)
 		var pause time.Duration
 		switch step.pause {
 		case pauseSpread:
@@ -165,7 +165,7 @@ func (r *Runtime) watch(ctx context.Context, s *lullv1.Session) {
 		case step.from == fromNow:
 			r.log.Info("session version too old to watch from; watching from the current state", "resourceVersion", rv, "err", err)
 		}
-		if !sleep(ctx, pause) {
+		if !sleep(ctx, r.clock, pause) {
 			return
 		}
 		if step.from == fromNow {

@@ -1,81 +1,5 @@
 package v1alpha1
 
-// Condition types of a Session.
-const (
-	// ConditionReady: the session's pod is running and ready.
-	ConditionReady = "Ready"
-	// ConditionUpToDate: the pod runs the StatefulSet's update revision.
-	ConditionUpToDate = "UpToDate"
-	// ConditionDraining: a drain request is outstanding.
-	ConditionDraining = "Draining"
-	// ConditionActive: the runtime has turns in flight.
-	ConditionActive = "Active"
-)
-
-// Condition type of a SessionTemplate.
-const (
-	// ConditionRolledOut: every running session of the template runs the
-	// update revision.
-	ConditionRolledOut = "RolledOut"
-	// ConditionRolloutPaused: the template starts no new moves: by hand
-	// (spec.updatePolicy.paused, reason Paused) or by the brake (reason
-	// FailureThreshold: sessions failed on the update revision).
-	ConditionRolloutPaused = "RolloutPaused"
-	// ConditionBreakGlass: spec.breakGlass is in force (True, reason
-	// InForce) or names a revision that is not the template's (False,
-	// reason RevisionMismatch).
-	ConditionBreakGlass = "BreakGlass"
-	// ConditionImageAllowed: the runtime image is in RuntimeCatalog
-	// "default" for the template's namespace (True, reason InCatalog), or
-	// there is no catalog (True, reason NoCatalog), or it is not (False,
-	// reason ImageNotAllowed: the rollout admits no session, and no new
-	// pod is created from the image). See docs/catalog.md.
-	ConditionImageAllowed = "ImageAllowed"
-	// ConditionFilesReady: the ConfigMap of the template's current
-	// spec.files exists with exactly those bytes (True, reason
-	// Created or Present), or cannot be made (False, reason
-	// FilesRefused, FilesConflict or FilesInvalid). Sessions move to a
-	// revision with files only once it is True. Absent when the template
-	// has no spec.files.
-	ConditionFilesReady = "FilesReady"
-)
-
-// Reasons of the ImageAllowed condition; ReasonImageNotAllowed is also a
-// Session's Ready and UpToDate reason while its pod would run an image the
-// catalog refuses.
-const (
-	// ReasonInCatalog: the catalog lists the image for the namespace.
-	ReasonInCatalog = "InCatalog"
-	// ReasonNoCatalog: there is no RuntimeCatalog "default"; every image
-	// is allowed.
-	ReasonNoCatalog = "NoCatalog"
-	// ReasonImageNotAllowed: the catalog does not list the image for the
-	// namespace.
-	ReasonImageNotAllowed = "ImageNotAllowed"
-)
-
-// Reasons of a SessionTemplate's FilesReady condition.
-const (
-	// ReasonFilesCreated: the template controller created the ConfigMap.
-	ReasonFilesCreated = "Created"
-	// ReasonFilesPresent: the ConfigMap was already there, lull's and
-	// byte-identical (created earlier, or by another writer of the same
-	// content).
-	ReasonFilesPresent = "Present"
-	// ReasonFilesRefused: the API server refused the create (a
-	// ResourceQuota's count/configmaps or configmaps, an admission policy
-	// or webhook, an object too large). It is tried again with backoff,
-	// so freeing the quota is enough.
-	ReasonFilesRefused = "FilesRefused"
-	// ReasonFilesConflict: a ConfigMap of that name exists that is not
-	// lull's (no lull.dev/files label, not immutable, other bytes); lull
-	// never adopts it. Delete or rename it.
-	ReasonFilesConflict = "FilesConflict"
-	// ReasonFilesInvalid: spec.files fails a check only the controller
-	// makes (the exact total in bytes); fix spec.files.
-	ReasonFilesInvalid = "FilesInvalid"
-)
-
 // Annotations and labels lull reads or writes.
 const (
 	// AnnotationForceUpdate on a Session overrides the update policy: "true"
@@ -106,6 +30,29 @@ const (
 	// scaled away is not suspended again for the same request: the pod is
 	// replaced, and the session runs on.
 	AnnotationIdleSuspended = "lull.dev/idle-suspended"
+
+	// AnnotationCreateRetriedAt on a session's StatefulSet is the time (RFC
+	// 3339) lull last asked the StatefulSet controller to try again to
+	// create a pod (or claim) the API server refused (reason
+	// PodCreateRefused or PodQuotaExceeded). Writing it is an update of the
+	// StatefulSet, which the StatefulSet controller syncs at once instead
+	// of after its own backoff (up to about 17 minutes).
+	AnnotationCreateRetriedAt = "lull.dev/create-retried-at"
+
+	// AnnotationSpecWritten on a session's StatefulSet records lull's own
+	// last write of its spec, as "<generation>/<spec-hash>/<uid>": the
+	// metadata.generation that write produced, the lull.dev/spec-hash it
+	// carried and the UID of the StatefulSet it was made on (for example
+	// "7/3f2a9c0d1e2b4a5c/0b6e1c2a-7d3f-4c1e-9a8b-5f4e3d2c1b0a"). It is
+	// written in the same request as the spec, naming the lowest
+	// generation the write can produce, and raised from the response: the
+	// API server moves a StatefulSet's generation on every change of its
+	// spec and on no other, so the StatefulSet of that UID at that
+	// generation and hash holds lull's spec as admission left it, and any
+	// other was written by someone else, whichever controller process
+	// looks. Set only by the controller; editing it makes lull restore the
+	// StatefulSet as it renders it.
+	AnnotationSpecWritten = "lull.dev/spec-written"
 
 	// LabelSession is set on every object lull creates for a session,
 	// pods included; its value is the session name.
@@ -142,6 +89,12 @@ const (
 	// a StatefulSet is about to name (docs/runtime-files.md, "Sweeper").
 	AnnotationFilesReferencedAt = "lull.dev/referenced-at"
 )
+
+// FieldManagerController is the field manager of every write lull's
+// controllers make (Session and SessionTemplate status, a session's
+// objects, the files ConfigMaps): the manager that managedFields name for
+// them, and that a runtime's report is told apart from.
+const FieldManagerController = "lull-controller"
 
 // FilesVolume is the volume of a session pod that holds the template's
 // files (spec.files), mounted at spec.files.mountPath in the runtime

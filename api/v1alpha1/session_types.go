@@ -102,8 +102,11 @@ type DrainRequest struct {
 }
 
 // ReplacementReason says why the controller committed to replace a pod.
+// Every destructive step is committed first, whatever its reason: the
+// reasons other than Drained are the UpToDate condition's reasons of the
+// same name.
 //
-// +kubebuilder:validation:Enum=Drained;PodFailed;NeverStarted
+// +kubebuilder:validation:Enum=Drained;PodFailed;NeverStarted;Forced;Replaced;DrainDeadlineExceeded
 type ReplacementReason string
 
 // The reasons for a committed replacement.
@@ -117,7 +120,24 @@ const (
 	// ReplacementNeverStarted: the pod's runtime container has never
 	// started and its runtime has never reported, so it holds no turn.
 	ReplacementNeverStarted ReplacementReason = "NeverStarted"
+	// ReplacementForced: lull.dev/force-update replaces the stale pod (or
+	// scales a suspended session's pod away) without a drain.
+	ReplacementForced ReplacementReason = "Forced"
+	// ReplacementReplaced: the Replace strategy replaces the stale pod once
+	// its drain request's deadline (the request time) has passed.
+	ReplacementReplaced ReplacementReason = "Replaced"
+	// ReplacementDrainDeadlineExceeded: the deadline of the drain request
+	// (an update's or a lifetime restart's) passed undrained, and
+	// onDrainTimeout is Replace.
+	ReplacementDrainDeadlineExceeded ReplacementReason = "DrainDeadlineExceeded"
 )
+
+// Failed reports whether r replaces a pod that cannot serve (PodFailed,
+// NeverStarted): such replacements are counted in FailedReplacements and
+// set the replacement backoff.
+func (r ReplacementReason) Failed() bool {
+	return r == ReplacementPodFailed || r == ReplacementNeverStarted
+}
 
 // Replacement records that the controller has committed to replace one pod.
 // It is written, with a resourceVersion precondition, after the step was
@@ -132,7 +152,10 @@ type Replacement struct {
 	// Reason is why the pod is replaced.
 	Reason ReplacementReason `json:"reason"`
 
-	// RequestID is the drain request the Drained report answered.
+	// RequestID is the drain request the replacement ends: the one the
+	// Drained report answered, or the one outstanding for the pod when it
+	// was cut short (its deadline passed, or it was forced). Empty when no
+	// request for the pod was outstanding.
 	// +optional
 	RequestID string `json:"requestID,omitempty"`
 
@@ -193,6 +216,27 @@ type RuntimeReport struct {
 	// +optional
 	ReportedAt *metav1.Time `json:"reportedAt,omitempty"`
 
+	// StartedAt is when the process that wrote this report started, to
+	// the second (RFC 3339), on the clock of the pod's node: the clock the
+	// kubelet's lastState.terminated.finishedAt of the runtime container
+	// is on, as a container reads its node's kernel clock. The runtime SDK
+	// sets it from when its Runtime was made; the drain sidecar (lull
+	// agent), which does not know when the runtime container's process
+	// started, leaves it out. The controller orders it against the
+	// runtime container's last termination, on one clock: a report of a
+	// run started after it is the restarted runtime's (the pod is not
+	// failed). So is a report the API server saw written after it last
+	// saw the container's state published, whatever startedAt says (a
+	// node clock stepped back between the crash and the restart). One
+	// that neither orders after the termination is the run that crashed
+	// (the pod is failed); only when startedAt is absent (an older
+	// runtime, the agent) is the report's write time also ordered against
+	// the termination across clocks (docs/protocol.md, "A report is
+	// fresher than a failure"). A wrong value misjudges only the failure
+	// of the reporting runtime's own pod.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+
 	// RefreshSeconds is the longest the runtime leaves a change of its turn
 	// count or activity unwritten (it writes nothing while nothing
 	// changes): the granularity of activity the idle policy sees, so a
@@ -223,6 +267,36 @@ type SessionStatus struct {
 	// PodUID is the UID of the session's current pod.
 	// +optional
 	PodUID types.UID `json:"podUID,omitempty"`
+
+	// StartedPodUID is the session's pod whose runtime the controller has
+	// seen started: a status.runtime naming that pod was on the Session. It
+	// is the controller's record of that evidence, which a later write to
+	// status.runtime (an admin's, a stale writer's) cannot erase: a pod it
+	// names is never judged never started. Kept while that pod is the
+	// session's pod; empty otherwise.
+	// +optional
+	StartedPodUID types.UID `json:"startedPodUID,omitempty"`
+
+	// StartedReportTime is when the API server saw written the report the
+	// record of StartedPodUID rests on. It moves only when the runtime
+	// container has terminated since and the runtime has reported again
+	// since that termination (a restart the kubelet has not yet
+	// published): a record that is later than the container's last
+	// termination shows a live runtime, whatever status.runtime says.
+	// +optional
+	StartedReportTime *metav1.Time `json:"startedReportTime,omitempty"`
+
+	// StartedRunTime is the startedAt of the report the record of
+	// StartedPodUID rests on (RuntimeReport.StartedAt: when the process
+	// that wrote it started, on the node's clock); nil when that report
+	// carried none. It moves with StartedReportTime. The record is later
+	// than the runtime container's last termination when it is, on the
+	// node's clock as the termination is, or when StartedReportTime is
+	// later than the API server's last publication of the container's
+	// state; when set, StartedReportTime is not ordered against the
+	// termination across clocks, as a report with startedAt is not.
+	// +optional
+	StartedRunTime *metav1.Time `json:"startedRunTime,omitempty"`
 
 	// CurrentRevision is the StatefulSet revision the pod runs (its
 	// controller-revision-hash label).
@@ -279,9 +353,31 @@ type SessionStatus struct {
 	// +optional
 	Lifecycle *LifecycleStatus `json:"lifecycle,omitempty"`
 
+	// RevokedAdmission is the last place in the template's rollout wave
+	// (SessionTemplate status.wave) that the template controller took
+	// back from this session unused, once UnusedAdmissionTTL had passed
+	// without a drain request under it. No request is issued under a
+	// revoked place. The template controller alone writes it, with the
+	// resourceVersion of the read that showed the place unused as a
+	// precondition, as the session controller writes a request with the
+	// resourceVersion it decided on: of a revoke and a request racing for
+	// one place, exactly one lands.
+	// +optional
+	RevokedAdmission *RevokedAdmission `json:"revokedAdmission,omitempty"`
+
 	// Runtime is written by the session's runtime, never by the controller.
 	// +optional
 	Runtime *RuntimeReport `json:"runtime,omitempty"`
+}
+
+// RevokedAdmission names a place of a rollout wave taken back from a
+// session: the Sequence and AdmittedAt of its WaveEntry. A place of the
+// same sequence admitted later is a new one.
+type RevokedAdmission struct {
+	// Sequence is the drain sequence number the revoked place was for.
+	Sequence int64 `json:"sequence"`
+	// AdmittedAt is when the revoked place was admitted.
+	AdmittedAt metav1.Time `json:"admittedAt"`
 }
 
 // Session is one interactive session: one pod, replaced only between turns.

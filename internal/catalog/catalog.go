@@ -3,7 +3,8 @@
 // the API server (config/admission/runtime-catalog-policy.yaml), so what
 // `lull catalog` shows, what the controller holds back and what admission
 // accepts are one set. The test table in cases_test.go is run against
-// both.
+// both. Read fetches the catalog that every controller and the CLI judge
+// against.
 package catalog
 
 import (

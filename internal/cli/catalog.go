@@ -14,7 +14,6 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/catalog"
-	"lull.dev/lull/internal/controller/session"
 )
 
 func init() { subcommands = append(subcommands, newCatalogCommand) }
@@ -114,7 +113,7 @@ func ExitCode(err error) int {
 // readCatalog returns RuntimeCatalog "default", or nil when there is none
 // (or its API is not installed): then every image is allowed.
 func readCatalog(ctx context.Context, c client.Reader) (*lullv1.RuntimeCatalog, error) {
-	cat, err := session.ReadCatalog(ctx, c)
+	cat, err := catalog.Read(ctx, c)
 	if meta.IsNoMatchError(errors.Unwrap(err)) {
 		return nil, nil
 	}

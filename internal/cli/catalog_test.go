@@ -119,7 +119,7 @@ func TestCatalogCheckExitCodes(t *testing.T) {
 		t.Errorf("another error exits %d, want 1", got)
 	}
 
-	cmd := NewRoot()
+	cmd := NewRoot("kubectl-lull")
 	cmd.SetArgs([]string{"catalog", "check", "example.com/x:v1", "--kubeconfig", filepath.Join(t.TempDir(), "missing")})
 	cmd.SetOut(io.Discard)
 	cmd.SetErr(io.Discard)

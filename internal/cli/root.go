@@ -1,5 +1,9 @@
-// Package cli holds lull's command line: one file per subcommand, each a
-// thin layer over the package that does the work.
+// Package cli is lull's operator command line: status, rollout, force,
+// suspend, resume and catalog, one file per command, each a thin layer over
+// the API and the packages that decide. kubectl-lull (`kubectl lull`) is
+// these commands alone; the dev binary, lull, adds the harness's commands
+// to them (internal/dev/devcmd). It links no harness package
+// (TestProductionBinariesLinkOnlyTheirOwn in internal/dev).
 package cli
 
 import (
@@ -10,10 +14,11 @@ import (
 	"lull.dev/lull/internal/version"
 )
 
-// NewRoot returns the lull command with every subcommand attached.
-func NewRoot() *cobra.Command {
+// NewRoot returns the root command named use ("kubectl-lull", or "lull"
+// in the dev binary) with every operator command attached.
+func NewRoot(use string) *cobra.Command {
 	root := &cobra.Command{
-		Use:              "lull",
+		Use:              use,
 		Version:          version.String(),
 		Short:            "Roll out new runtimes to live session pods between their turns",
 		SilenceUsage:     true,
@@ -30,12 +35,10 @@ func NewRoot() *cobra.Command {
 // command touches one file.
 var subcommands []func() *cobra.Command
 
-// quietLibraryLog silences controller-runtime's log for commands that use
-// it only as a client library (it would warn that no logger was set).
-// controller-runtime takes the first logger it is given, so `lull
-// controller` must not call this: it sets its own.
-func quietLibraryLog(cmd *cobra.Command, _ []string) {
-	if cmd.Name() != "controller" {
-		ctrllog.SetLogger(logr.Discard())
-	}
+// quietLibraryLog silences controller-runtime's log: the commands use it
+// only as a client library, and it would warn that no logger was set. A
+// command that sets a logger of its own sets its own PersistentPreRun too
+// (controller-runtime takes the first logger it is given).
+func quietLibraryLog(*cobra.Command, []string) {
+	ctrllog.SetLogger(logr.Discard())
 }

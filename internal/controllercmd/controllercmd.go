@@ -1,8 +1,8 @@
 // Package controllercmd holds the command that runs lull's controller
 // manager: the production binary lull-controller is this command alone,
-// and `lull controller` is the same command inside the CLI. It imports
-// only the controller's packages, never the local control plane, the
-// bench or the CLI (TestProductionBinariesLinkOnlyTheirOwn in
+// and `lull controller` is the same command inside the dev binary. It
+// imports only the controller's packages, never the local control plane,
+// the bench or the CLI (TestProductionBinariesLinkOnlyTheirOwn in
 // internal/dev).
 package controllercmd
 
@@ -22,7 +22,8 @@ import (
 )
 
 // New returns the command that runs the controller manager, named use
-// ("controller" inside the CLI, "lull-controller" as its own binary).
+// ("controller" inside the dev binary, "lull-controller" as its own
+// binary).
 func New(use string) *cobra.Command {
 	var (
 		opts       manager.Options

@@ -9,14 +9,16 @@ import (
 	"testing"
 )
 
-// harnessUsers may import the harness: the harness itself, the CLI that
-// runs it (`lull dev`, `lull bench`), the reference runtime it runs, the
-// build tools (hack: `make images`), and the tests.
+// harnessUsers may import the harness: the harness itself (with the dev
+// binary's commands, internal/dev/devcmd), the dev binary (cmd/lull: `lull
+// dev`, `lull bench`), the reference runtime it runs (and its image's
+// binary, cmd/example-runtime), the build tools (hack: `make images`), and
+// the tests. The operator CLI (internal/cli, cmd/kubectl-lull) is not one.
 var harnessUsers = []string{
 	"lull.dev/lull/internal/dev",
 	"lull.dev/lull/hack",
-	"lull.dev/lull/internal/cli",
 	"lull.dev/lull/cmd/lull",
+	"lull.dev/lull/cmd/example-runtime",
 	"lull.dev/lull/examples",
 	"lull.dev/lull/test",
 }
@@ -72,10 +74,10 @@ func harnessLeaks(t *testing.T, goList ...string) (leaks []string, production in
 
 // TestProductionImportsNoHarnessThroughAnotherPackage: a production
 // package that imports a package allowed to use the harness (the
-// reference runtime's turnrunner, the CLI) links the harness as surely as
-// one that imports it directly. A file planted (through an overlay) in a
-// production package that no binary links, importing examples/turnrunner,
-// must be found.
+// reference runtime's turnrunner, the dev binary's commands) links the
+// harness as surely as one that imports it directly. A file planted
+// (through an overlay) in a production package that no binary links,
+// importing examples/turnrunner, must be found.
 func TestProductionImportsNoHarnessThroughAnotherPackage(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", "{{.Dir}}", "lull.dev/lull/internal/catalog/catalogtest").Output()
 	if err != nil {
@@ -111,15 +113,25 @@ func TestProductionImportsNoHarnessThroughAnotherPackage(t *testing.T) {
 var binaries = map[string]map[string]bool{
 	"lull.dev/lull/cmd/lull-controller": set(
 		"lull.dev/lull/api/v1alpha1", "lull.dev/lull/drain", "lull.dev/lull/internal/catalog",
-		"lull.dev/lull/internal/controller/filesweep", "lull.dev/lull/internal/controller/orphan",
+		"lull.dev/lull/internal/controller/filesweep", "lull.dev/lull/internal/orphan",
 		"lull.dev/lull/internal/controller/session", "lull.dev/lull/internal/controller/template",
-		"lull.dev/lull/internal/controllercmd", "lull.dev/lull/internal/lifecycle", "lull.dev/lull/internal/manager",
+		"lull.dev/lull/internal/controllercmd", "lull.dev/lull/internal/files", "lull.dev/lull/internal/index",
+		"lull.dev/lull/internal/lifecycle", "lull.dev/lull/internal/manager",
 		"lull.dev/lull/internal/render", "lull.dev/lull/internal/requestmetrics", "lull.dev/lull/internal/rollout",
 		"lull.dev/lull/internal/version", "lull.dev/lull/cmd/lull-controller"),
 	"lull.dev/lull/cmd/lull-agent": set(
 		"lull.dev/lull/api/v1alpha1", "lull.dev/lull/drain", "lull.dev/lull/runtimesdk",
-		"lull.dev/lull/internal/drainsidecar", "lull.dev/lull/internal/agentcmd", "lull.dev/lull/internal/version",
+		"lull.dev/lull/internal/agent", "lull.dev/lull/internal/version",
 		"lull.dev/lull/cmd/lull-agent"),
+	// The operator CLI, `kubectl lull`. It reaches the controller's
+	// packages through manager.Scheme.
+	"lull.dev/lull/cmd/kubectl-lull": set(
+		"lull.dev/lull/api/v1alpha1", "lull.dev/lull/drain", "lull.dev/lull/internal/catalog",
+		"lull.dev/lull/internal/controller/filesweep", "lull.dev/lull/internal/orphan",
+		"lull.dev/lull/internal/controller/session", "lull.dev/lull/internal/controller/template",
+		"lull.dev/lull/internal/files", "lull.dev/lull/internal/index", "lull.dev/lull/internal/lifecycle", "lull.dev/lull/internal/manager",
+		"lull.dev/lull/internal/render", "lull.dev/lull/internal/requestmetrics", "lull.dev/lull/internal/rollout",
+		"lull.dev/lull/internal/version", "lull.dev/lull/internal/cli", "lull.dev/lull/cmd/kubectl-lull"),
 }
 
 var foreignModules = []string{

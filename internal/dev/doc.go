@@ -5,10 +5,13 @@
 // per running session pod), devstorage (the lull-dev StorageClass),
 // install (applies the shipped manifests), localenv and demo (`lull dev`),
 // bench (`lull bench`), scenario, audit and journal (the end-to-end
-// scenarios, the independent auditor and the runtimes' turn journals).
+// scenarios, the independent auditor and the runtimes' turn journals),
+// testenv (the helpers tests in several packages share: polling and the
+// fake clients' scheme), and devcmd (the commands of the dev binary,
+// lull).
 //
 // Production packages never import the harness:
 // TestProductionImportsNoHarness holds the direction for the whole module,
 // and TestProductionBinariesLinkOnlyTheirOwn the packages each production
-// binary (lull-controller, lull-agent) links.
+// binary (lull-controller, lull-agent, kubectl-lull) links.
 package dev

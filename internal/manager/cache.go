@@ -5,11 +5,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"lull.dev/lull/internal/rollout"
 )
 
 // stripForCache is the cache transform (client-go's TransformFunc) of every
 // type the controller caches except Session (session.StripSessionForCache):
-// it drops managedFields and kubectl's last-applied-configuration
+// it drops managedFields (but, of a pod, the times its container states
+// were published: statusWriteTimes) and kubectl's last-applied-configuration
 // annotation, which nothing in the controller reads and which are often the
 // larger part of a small object (a pod's managed fields alone are a few
 // KiB), and of the objects lull renders per session the parts of the spec
@@ -24,8 +27,8 @@ func stripForCache(in any) (any, error) {
 	}
 	// Set only when present: setting nil on an object without them
 	// would allocate (kubernetes/kubernetes#124337).
-	if obj.GetManagedFields() != nil {
-		obj.SetManagedFields(nil)
+	if mf := obj.GetManagedFields(); mf != nil {
+		obj.SetManagedFields(statusWriteTimes(in, mf))
 	}
 	if a := obj.GetAnnotations(); a != nil {
 		delete(a, corev1.LastAppliedConfigAnnotation)
@@ -33,6 +36,37 @@ func stripForCache(in any) (any, error) {
 	stripSpec(in)
 	return in, nil
 }
+
+// statusWriteTimes returns, of a pod's managed fields, only the writes
+// that published its container states: each entry of the status
+// subresource that owns status.containerStatuses
+// (rollout.OwnsContainerStatuses; the kubelet's, KWOK's or the dev pod
+// runner's), with its manager, operation, subresource and time, and for
+// fields containerStatusesOwned, shared by every cached pod.
+// rollout.StatusWrittenAt orders a runtime's report after the publication
+// of its container's termination on the API server's one clock, and reads
+// the same rule on a cached pod as on the API server's. Other writers of
+// the pod's status (conditions of a readiness gate, DisruptionTarget) are
+// dropped: at 5,000 pods the cache holds one entry of about 200 bytes per
+// pod for each publisher, usually one. Nil for any other object.
+func statusWriteTimes(in any, mf []metav1.ManagedFieldsEntry) []metav1.ManagedFieldsEntry {
+	if _, ok := in.(*corev1.Pod); !ok {
+		return nil
+	}
+	var out []metav1.ManagedFieldsEntry
+	for _, e := range mf {
+		if e.Subresource == "status" && e.Time != nil && e.FieldsV1 != nil && rollout.OwnsContainerStatuses(e.FieldsV1.Raw) {
+			out = append(out, metav1.ManagedFieldsEntry{Manager: e.Manager, Operation: e.Operation, Subresource: e.Subresource, Time: e.Time,
+				FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: containerStatusesOwned}})
+		}
+	}
+	return out
+}
+
+// containerStatusesOwned is the fieldsV1 a cached pod's kept managed-fields
+// entry shows: status.containerStatuses, nothing else. Read only; one
+// array for every cached pod.
+var containerStatusesOwned = []byte(`{"f:status":{"f:containerStatuses":{}}}`)
 
 // stripSpec cuts, in place, the spec of a cached pod, StatefulSet or
 // ServiceAccount down to what the controller reads of the

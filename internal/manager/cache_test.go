@@ -19,6 +19,7 @@ import (
 	"lull.dev/lull/internal/catalog/catalogtest"
 	"lull.dev/lull/internal/controller/filesweep"
 	"lull.dev/lull/internal/controller/session"
+	"lull.dev/lull/internal/rollout"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,6 +42,40 @@ func TestStripForCache(t *testing.T) {
 	}
 	if out, err := stripForCache("tombstone"); err != nil || out != "tombstone" {
 		t.Errorf("not an object: %v, %v; want it passed through", out, err)
+	}
+}
+
+// A cached pod keeps, of its managed fields, only the writes that
+// published its container states (rollout.StatusWrittenAt), with their
+// times and no other fields; another party's status write (a condition)
+// and spec writes go, and other objects keep none. What is kept reads the
+// same under rollout.StatusWrittenAt as the API server's copy.
+func TestStripForCacheKeepsOnlyWhenAPodsContainerStatesWerePublished(t *testing.T) {
+	at := metav1.NewTime(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	later := metav1.NewTime(at.Add(5 * time.Second))
+	entries := func() []metav1.ManagedFieldsEntry {
+		return []metav1.ManagedFieldsEntry{
+			{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, Time: &later, FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}},
+			{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", Time: &at,
+				FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:conditions":{},"f:containerStatuses":{},"f:phase":{}}}`)}},
+			{Manager: "readiness-gate", Operation: metav1.ManagedFieldsOperationApply, Subresource: "status", Time: &later,
+				FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:conditions":{}}}`)}},
+		}
+	}
+	whole := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", ManagedFields: entries()}}
+	out, _ := stripForCache(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", ManagedFields: entries()}})
+	got := out.(*corev1.Pod)
+	want := []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", Time: &at,
+		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:containerStatuses":{}}}`)}}}
+	if !equality.Semantic.DeepEqual(got.ManagedFields, want) {
+		t.Errorf("pod's managed fields = %+v, want %+v", got.ManagedFields, want)
+	}
+	if c, w := rollout.StatusWrittenAt(got), rollout.StatusWrittenAt(whole); !c.Equal(w) || !w.Equal(at.Time) {
+		t.Errorf("StatusWrittenAt of the cached pod = %s, of the API server's = %s; want both %s", c, w, at)
+	}
+	out, _ = stripForCache(&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "s", ManagedFields: entries()}})
+	if mf := out.(*appsv1.StatefulSet).ManagedFields; mf != nil {
+		t.Errorf("StatefulSet's managed fields kept: %+v", mf)
 	}
 }
 

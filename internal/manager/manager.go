@@ -6,6 +6,7 @@ package manager
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"time"
 
@@ -28,6 +29,7 @@ import (
 	"lull.dev/lull/internal/controller/filesweep"
 	"lull.dev/lull/internal/controller/session"
 	"lull.dev/lull/internal/controller/template"
+	"lull.dev/lull/internal/index"
 	"lull.dev/lull/internal/requestmetrics"
 )
 
@@ -113,6 +115,8 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 			// The content-addressed ConfigMaps of templates' files
 			// (shared by a template's sessions, so not labelled by one).
 			&corev1.ConfigMap{}: {Label: labels.NewSelector().Add(*files)},
+			// Only the StatefulSet controller's refusals of a pod or claim.
+			&corev1.Event{}: {Field: session.FailedCreateEvents},
 		},
 	}
 	if opts.Namespace != "" {
@@ -142,11 +146,15 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return nil, err
 	}
+	if err := index.AddDefaultIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return nil, fmt.Errorf("register the cache's indexes: %w", err)
+	}
 	sessions := &session.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("lull-controller")}
 	if err := sessions.SetupWithManager(mgr, session.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}); err != nil {
 		return nil, fmt.Errorf("set up session controller: %w", err)
 	}
-	if err := (&template.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("lull-controller")}).SetupWithManager(mgr); err != nil {
+	if err := (&template.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("lull-controller"),
+		ForgetTemplateMetrics: session.ForgetTemplateMetrics}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up sessiontemplate controller: %w", err)
 	}
 	sweeper := &filesweep.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("lull-controller"),

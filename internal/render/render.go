@@ -7,9 +7,9 @@
 // same objects, so re-rendering never changes a StatefulSet's template
 // unless the template changed. The Session reconciler writes these
 // objects; the template controller creates the files ConfigMap; the files
-// sweeper computes the same names. Its tests are in
-// internal/controller/session (render_test.go, files_test.go), beside the
-// template fixtures the reconciler's tests share.
+// sweeper computes the same names. Its tests are beside it; the template
+// fixtures they share with the reconciler's tests are in package
+// rendertest.
 package render
 
 import (

@@ -39,7 +39,11 @@ type Brake struct {
 // condition says PodFailed (the runtime container cannot start), or has
 // not been True for progressDeadlineSeconds; a session left with no pod
 // for that long counts as failing too, unless it waits for the template's
-// files ConfigMap (lullv1.ReasonFilesNotReady). Once the brake stops a
+// files ConfigMap (lullv1.ReasonFilesNotReady) or a ResourceQuota refuses
+// its pod (lullv1.ReasonPodQuotaExceeded): neither is the revision's. A
+// session whose pod is terminating (lullv1.ReasonPodTerminating,
+// lullv1.ReasonPodStuckTerminating: its node lost, a foreign finalizer, a
+// delete by someone else) is not counted either. Once the brake stops a
 // revision it stays stopped until the revision changes or the template's
 // lull.dev/resume-rollout annotation names it. Sessions already moving
 // finish; the others keep their revision.
@@ -71,15 +75,31 @@ func DecideBrake(t *lullv1.SessionTemplate, rev string, sessions []lullv1.Sessio
 			// condition already names the cause. Pausing would outlast it.
 			continue
 		}
+		if hasConditionReason(s, lullv1.ConditionUpToDate, lullv1.ReasonPodQuotaExceeded) {
+			// A ResourceQuota of the namespace refuses its pod: the
+			// namespace's capacity, which any revision meets alike, and
+			// the session's condition names the quota. Pausing the
+			// revision would outlast the quota being raised.
+			continue
+		}
+		if hasConditionReason(s, lullv1.ConditionUpToDate, lullv1.ReasonPodTerminating) ||
+			hasConditionReason(s, lullv1.ConditionUpToDate, lullv1.ReasonPodStuckTerminating) {
+			// Its pod is being deleted: evicted from a lost node (the
+			// taint manager deletes a pod of an unreachable node after its
+			// toleration, 5 minutes by default, and the pod stays
+			// terminating until the node is removed), or deleted by
+			// someone, or held by a foreign finalizer. None of it is the
+			// revision's: the pod that replaces it is judged on its own.
+			continue
+		}
 		c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionReady)
 		if c == nil || c.Status == metav1.ConditionTrue {
 			continue
 		}
-		switch since := now.Sub(c.LastTransitionTime.Time); {
-		case c.Reason == lullv1.ReasonPodFailed || since >= deadline:
+		if since := now.Sub(c.LastTransitionTime.Time); c.Reason == lullv1.ReasonPodFailed || since >= deadline {
 			b.Failing = append(b.Failing, s.Name)
-		case b.RequeueAfter == 0 || deadline-since < b.RequeueAfter:
-			b.RequeueAfter = deadline - since
+		} else {
+			b.RequeueAfter = Soonest(b.RequeueAfter, deadline-since)
 		}
 	}
 	sort.Strings(b.Failing)
@@ -94,13 +114,13 @@ func DecideBrake(t *lullv1.SessionTemplate, rev string, sessions []lullv1.Sessio
 	resumed := t.Annotations[lullv1.AnnotationResumeRollout] == rev
 	switch {
 	case p.Paused:
-		b.Paused, b.Reason, b.Message = true, lullv1.ReasonPausedByHand, "spec.updatePolicy.paused is true: no session starts moving; those moving finish"
+		b.Paused, b.Reason, b.Message = true, lullv1.ReasonPaused, "spec.updatePolicy.paused is true: no session starts moving; those moving finish"
 	case !resumed && (t.Status.PausedRevision == rev || len(b.Failing) >= n):
 		b.Paused, b.Reason, b.PausedRevision = true, lullv1.ReasonFailureThreshold, rev
 		b.Message = fmt.Sprintf("%d session(s) failed on revision %s (failureThreshold %d): %s; sessions not yet moved keep their revision. "+
 			"Fix the template (a new revision continues) or `lull rollout resume %s`", len(b.Failing), rev, n, names(b.Failing, 5), t.Name)
 	default:
-		b.Reason, b.Message = lullv1.ReasonNotPaused, "sessions move as the update policy allows"
+		b.Reason, b.Message = lullv1.ReasonProgressing, "sessions move as the update policy allows"
 	}
 	return b
 }

@@ -21,7 +21,7 @@ func TestBrakeCountsASessionWhoseNewPodIsNeverCreated(t *testing.T) {
 	f.o.Pod = nil
 	f.o.Session.Status.Conditions = []metav1.Condition{{Type: lullv1.ConditionReady, Status: metav1.ConditionFalse, Reason: lullv1.ReasonPodPending,
 		LastTransitionTime: metav1.NewTime(now.Add(-20 * time.Minute))}}
-	st := NextStatus(f.o, Decide(f.o))
+	st := nextStatus(f.o, decide(f.o))
 	s := *f.o.Session
 	s.Status = st
 	tpl := &lullv1.SessionTemplate{ObjectMeta: metav1.ObjectMeta{Name: "t"}}

@@ -29,7 +29,7 @@ func TestBrakeIgnoresAResumedSessionStarting(t *testing.T) {
 		Status: corev1.PodStatus{Phase: corev1.PodPending},
 	}
 	f.o.Session.Status.Runtime = nil
-	st := NextStatus(f.o, Decide(f.o))
+	st := nextStatus(f.o, decide(f.o))
 	s := *f.o.Session
 	s.Status = st
 	tpl := &lullv1.SessionTemplate{ObjectMeta: metav1.ObjectMeta{Name: "t"}}

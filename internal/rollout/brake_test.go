@@ -41,27 +41,27 @@ func TestDecideBrake(t *testing.T) {
 		failing  string
 		requeue  time.Duration
 	}{
-		{name: "healthy", sessions: []lullv1.Session{ok, starting, oldFailing}, reason: lullv1.ReasonNotPaused, requeue: 40 * time.Second},
+		{name: "healthy", sessions: []lullv1.Session{ok, starting, oldFailing}, reason: lullv1.ReasonProgressing, requeue: 40 * time.Second},
 		{name: "one crash-looping session on the update revision stops it (default threshold 1)",
 			sessions: []lullv1.Session{ok, crashing, oldFailing}, paused: true, reason: lullv1.ReasonFailureThreshold, failing: "crashing"},
 		{name: "not Ready past the progress deadline counts as failed",
 			sessions: []lullv1.Session{ok, slow}, paused: true, reason: lullv1.ReasonFailureThreshold, failing: "slow"},
 		{name: "below a threshold of 2",
 			edit:     func(t *lullv1.SessionTemplate) { t.Spec.UpdatePolicy.FailureThreshold = &two },
-			sessions: []lullv1.Session{ok, crashing}, reason: lullv1.ReasonNotPaused, failing: "crashing"},
+			sessions: []lullv1.Session{ok, crashing}, reason: lullv1.ReasonProgressing, failing: "crashing"},
 		{name: "a stopped revision stays stopped after its failing pods recover",
 			edit:     func(t *lullv1.SessionTemplate) { t.Status.PausedRevision = rev },
 			sessions: []lullv1.Session{ok}, paused: true, reason: lullv1.ReasonFailureThreshold},
 		{name: "a new revision releases the brake",
 			edit:     func(t *lullv1.SessionTemplate) { t.Status.PausedRevision = "older" },
-			sessions: []lullv1.Session{ok}, reason: lullv1.ReasonNotPaused},
+			sessions: []lullv1.Session{ok}, reason: lullv1.ReasonProgressing},
 		{name: "lull rollout resume names the revision",
 			edit: func(t *lullv1.SessionTemplate) {
 				t.Status.PausedRevision = rev
 				t.Annotations = map[string]string{lullv1.AnnotationResumeRollout: rev}
-			}, sessions: []lullv1.Session{ok, crashing}, reason: lullv1.ReasonNotPaused, failing: "crashing"},
+			}, sessions: []lullv1.Session{ok, crashing}, reason: lullv1.ReasonProgressing, failing: "crashing"},
 		{name: "paused by hand", edit: func(t *lullv1.SessionTemplate) { t.Spec.UpdatePolicy.Paused = true },
-			sessions: []lullv1.Session{ok}, paused: true, reason: lullv1.ReasonPausedByHand},
+			sessions: []lullv1.Session{ok}, paused: true, reason: lullv1.ReasonPaused},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tmpl := base()

@@ -48,7 +48,7 @@ func TestLifetimeDrainDoesNotShieldAStalePodFromTheUpdatePolicy(t *testing.T) {
 			f := lifetimeDrainingFixture()
 			f.o.Policy = policy
 			f.o.Admitted = Admitted([]lullv1.WaveEntry{{Session: "s", Sequence: 1}}, f.o.Session)
-			a := Decide(f.o)
+			a := decide(f.o)
 			if a.Drain == nil || a.Drain.Reason != lullv1.DrainReasonUpdate || a.Drain.Deadline == nil {
 				t.Fatalf("stale pod with a Lifetime drain outstanding under %s: %s/%s drain %+v; want the update's request, with its deadline", name, a.Kind, a.Reason, a.Drain)
 			}
@@ -56,21 +56,21 @@ func TestLifetimeDrainDoesNotShieldAStalePodFromTheUpdatePolicy(t *testing.T) {
 			outstanding(&f.o, a.Drain)
 			f.o.Admitted = Admitted([]lullv1.WaveEntry{{Session: "s", Sequence: 1}}, f.o.Session)
 			f.o.Now = a.Drain.Deadline.Time.Add(time.Second)
-			if a := Decide(f.o); a.Kind != DeletePod {
-				t.Fatalf("past the update's deadline: %s/%s; want the pod replaced", a.Kind, a.Reason)
+			if a := decide(f.o); a.Kind != Commit || a.Replacement == nil {
+				t.Fatalf("past the update's deadline: %s/%s; want the pod's replacement committed", a.Kind, a.Reason)
 			}
 		})
 	}
 	// Under Passive the lifetime restart is how it converges: it goes on.
 	f := lifetimeDrainingFixture()
 	f.o.Policy = lullv1.UpdatePolicy{Strategy: lullv1.UpdateStrategyPassive}
-	if a := Decide(f.o); a.Kind != Wait || a.Reason != lullv1.ReasonLifetime || a.Drain == nil || a.Drain.Reason != lullv1.DrainReasonLifetime {
+	if a := decide(f.o); a.Kind != Wait || a.Reason != lullv1.ReasonLifetime || a.Drain == nil || a.Drain.Reason != lullv1.DrainReasonLifetime {
 		t.Fatalf("Passive: %s/%s %+v; want the lifetime drain kept", a.Kind, a.Reason, a.Drain)
 	}
 	// A current pod keeps its lifetime drain.
 	f = lifetimeDrainingFixture()
 	f.o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] = newRev
-	if a := Decide(f.o); a.Kind != Wait || a.Reason != lullv1.ReasonLifetime || a.Drain == nil {
+	if a := decide(f.o); a.Kind != Wait || a.Reason != lullv1.ReasonLifetime || a.Drain == nil {
 		t.Fatalf("current pod: %s/%s; want the lifetime drain kept", a.Kind, a.Reason)
 	}
 }
@@ -120,9 +120,9 @@ func TestLifetimeRestartsStayWithinTheWaveAndAllFinish(t *testing.T) {
 			pod := pods[s.Name]
 			o := Observed{Now: t1, Session: s.DeepCopy(), Policy: lullv1.UpdatePolicy{Strategy: lullv1.UpdateStrategyPassive}, StatefulSet: sts, Pod: pod,
 				Admitted: Admitted(wave, s), Lifecycle: policy, ReportWrittenAt: t1.Add(-time.Second)}
-			a := Decide(o)
+			a := decide(o)
 			runtime := s.Status.Runtime
-			s.Status = NextStatus(o, a)
+			s.Status = nextStatus(o, a)
 			s.Status.Runtime = runtime
 			switch a.Kind {
 			case RequestDrain:

@@ -1,8 +1,12 @@
 // Package rollout decides, from what the controller observed of one session,
-// the single next step that moves it toward its template's update revision.
-// Everything here is a pure function of its inputs: no API calls, no clock
-// reads. The session reconciler gathers the objects, calls Decide, executes
-// the Action and writes the status NextStatus computes.
+// the single next step that moves it toward its template's update revision,
+// and, from a template's sessions, the template's status: its counts, the
+// brake, the wave of sessions admitted to move, the expected completion and
+// the conditions. Everything here is a pure function of its inputs: no API
+// calls, no clock reads. The session reconciler gathers the objects, calls
+// Decide, executes the Action and writes the status NextStatus computes;
+// the template reconciler gathers a template's sessions and writes the
+// status NextTemplateStatus computes.
 package rollout
 
 import (
@@ -19,8 +23,9 @@ import (
 	"lull.dev/lull/internal/lifecycle"
 )
 
-// Observed is everything Decide looks at. Nil StatefulSet or Pod means the
-// object does not exist (or is not yet in the cache).
+// Observed is everything Decide looks at, and NextStatus and Events after
+// it. Nil StatefulSet or Pod means the object does not exist (or is not yet
+// in the cache).
 type Observed struct {
 	// Now is the reconcile time; it stamps new drain requests and measures
 	// backoff.
@@ -44,11 +49,20 @@ type Observed struct {
 	// ReportWrittenAt is when the API server last saw status.runtime
 	// written (it shows the runtime's clock skew); see lifecycle.Observed.
 	ReportWrittenAt time.Time
+	// ForcedBy is the field manager that set lull.dev/force-update on the
+	// session (the managed-fields entry that owns it; "" when none does):
+	// the Events of a forced replacement name it.
+	ForcedBy string
 	// PendingClaims describes, one line each, the session's
 	// PersistentVolumeClaims that keep its pod from starting (not created
 	// yet, or Pending with the last warning about them); read only while
 	// the session has no running pod.
 	PendingClaims []string
+	// ImageRefused, when not "", says why the catalog refuses the runtime
+	// image of the StatefulSet's pod template ("StatefulSet <name> runs
+	// <image>: <why>"): no replacement that the StatefulSet controller
+	// would create from it is started (withholdOnRefusedImage).
+	ImageRefused string
 }
 
 // Kind is what the reconciler must do.
@@ -65,8 +79,11 @@ const (
 	// resourceVersion of the Session this decision was made on as a
 	// precondition (a compare-and-swap), then delete the pod as DeletePod
 	// does. From the commit on, the pod is replaced whoever acts next.
+	// Every destructive step starts here, whatever its reason.
 	Commit Kind = "Commit"
 	// DeletePod: delete the pod with UID PodUID, with a UID precondition.
+	// Decide returns it only for a pod whose replacement is already
+	// committed (status.replacement names it).
 	DeletePod Kind = "DeletePod"
 	// SuspendSession: set the Session's spec.suspend to true, with the
 	// resourceVersion of the Session this decision was made on as a
@@ -76,16 +93,23 @@ const (
 	// resourceVersion this decision was made on as preconditions, so a
 	// session that became active or was edited in between is kept.
 	DeleteSession Kind = "DeleteSession"
+	// Block: nothing can be done until something the controller does not
+	// watch changes (a missing template, an object the API server refuses;
+	// see BlockedStatus, never Decide): write why, touch nothing running,
+	// and look again after RequeueAfter, on the blocked schedule.
+	Block Kind = "Block"
 )
 
 // Blocked reports whether a session's UpToDate reason means it cannot move
 // until someone acts: a pod stuck terminating, a missing template, objects
-// the API server refuses, a name taken by an object lull does not own, a
+// the API server refuses (lull's own, or the pod the StatefulSet controller
+// would create), a name taken by an object lull does not own, a
 // runtime image the RuntimeCatalog does not list, or template files whose
 // ConfigMap cannot be created.
 func Blocked(reason string) bool {
 	switch reason {
-	case lullv1.ReasonPodStuckTerminating, lullv1.ReasonTemplateNotFound, lullv1.ReasonRenderFailed, lullv1.ReasonNameConflict, lullv1.ReasonImageNotAllowed, lullv1.ReasonFilesNotReady:
+	case lullv1.ReasonPodStuckTerminating, lullv1.ReasonTemplateNotFound, lullv1.ReasonRenderFailed, lullv1.ReasonNameConflict, lullv1.ReasonImageNotAllowed, lullv1.ReasonFilesNotReady,
+		lullv1.ReasonPodCreateRefused, lullv1.ReasonPodQuotaExceeded:
 		return true
 	}
 	return false
@@ -116,12 +140,16 @@ type Action struct {
 	RequeueAfter time.Duration
 }
 
-// Decide returns the next step for one session. The rules, in order:
+// Decide returns the next step for one session observed in o, whose
+// lifecycle judgement j is Judge(o): the reconciler judges once per
+// reconcile and hands the same judgement to Decide, to NextStatus and to
+// its own look-again (j.NextCheck). The rules, in order:
 //
 //  1. A replacement committed for the session's pod (status.replacement)
 //     is finished: the pod is deleted, whatever changed since. The
 //     commitment and its drain request are never withdrawn, so the runtime
-//     stays sealed and held.
+//     stays sealed and held. Every destructive step below is a Commit
+//     first, whatever its reason: no pod is deleted that is not committed.
 //  2. A suspended session drains its pod before it is scaled to zero (see
 //     decideSuspend and Replicas). A session whose StatefulSet or pod does
 //     not exist yet waits; a pod being deleted is waited for, and named as
@@ -134,24 +162,39 @@ type Action struct {
 //  5. A stale pod that is terminal, whose runtime container cannot start, or
 //     whose runtime has never started is replaced without a drain, subject to
 //     an exponential backoff between such replacements: the failure is
-//     committed first (counting it), then the pod deleted.
+//     committed first (counting it), then the pod deleted. A pod whose
+//     runtime container cannot start while its drain sidecar holds its
+//     turns (SidecarHolds) is drained instead, at once, as rule 8 drains,
+//     without waiting for the wave and under every strategy.
 //  6. lull.dev/force-update ("true", or the exact request ID) replaces a
-//     stale pod without a drain.
+//     stale pod without a drain, committed first.
 //  7. The template's update strategy: Passive leaves a healthy stale pod
 //     alone (and withdraws an Update request it finds, unless committed);
-//     Replace requests a drain whose deadline is now, then deletes the pod;
+//     Replace requests a drain whose deadline is now, then commits the
+//     replacement and deletes the pod;
 //     Drain goes on below.
 //  8. Drain: once the template's wave has a place for it (maxUnavailable;
 //     see PlanWave), request a drain of the pod with an ID never used before, with
 //     the deadline of the template's drainTimeout if it has one; once its
 //     runtime reports Drained for that request ID from that pod UID, commit
 //     the replacement and delete the pod. Once the request's deadline has
-//     passed, onDrainTimeout Replace deletes the pod; Wait keeps waiting,
-//     saying the drain is overdue.
-func Decide(o Observed) Action {
+//     passed, onDrainTimeout Replace commits the replacement and deletes
+//     the pod; Wait keeps waiting, saying the drain is overdue.
+//  9. Over all of these: while the catalog refuses the runtime image of
+//     the StatefulSet's pod template (o.ImageRefused), no replacement the
+//     StatefulSet controller would create from it is started, and no
+//     drain leading to one is requested or left outstanding; the session
+//     waits with reason ImageNotAllowed (withholdOnRefusedImage). An idle
+//     cull and a suspension go on; a committed replacement is held, not
+//     finished by its delete, until the image is allowed.
+func Decide(o Observed, j lifecycle.Judgement) Action {
+	return withholdOnRefusedImage(o, decideRules(o, j))
+}
+
+// decideRules is Decide's rules 1 to 8.
+func decideRules(o Observed, j lifecycle.Judgement) Action {
 	s, pod := o.Session, o.Pod
 	current := s.Status.Drain
-	j := Judge(o)
 	if a, ok := finishCommitted(o, j); ok {
 		return a
 	}
@@ -186,13 +229,17 @@ func Decide(o Observed) Action {
 
 	want := updateRequest(s.Status, pod.UID, update, o.Now, o.Policy)
 	if force := s.Annotations[lullv1.AnnotationForceUpdate]; force == "true" || (force != "" && force == want.RequestID) {
-		return Action{Kind: DeletePod, Reason: lullv1.ReasonForced, PodUID: pod.UID, Drain: want,
-			Message: fmt.Sprintf("%s=%s: replacing stale pod %s without waiting for a drain", lullv1.AnnotationForceUpdate, force, pod.Name)}
+		return commitCutShort(o, lullv1.ReplacementForced,
+			fmt.Sprintf("%s=%s: replacing stale pod %s without waiting for a drain", lullv1.AnnotationForceUpdate, force, pod.Name))
 	}
 	if a, ok := decideLifecycle(o, j, true); ok {
 		return a
 	}
-	if o.Policy.Strategy == lullv1.UpdateStrategyPassive {
+	// A failed pod whose drain sidecar holds its turns is replaced at once,
+	// as a failed pod is, only through a drain: neither the wave nor
+	// Passive holds it back.
+	failed := o.drainsFirst()
+	if o.Policy.Strategy == lullv1.UpdateStrategyPassive && !failed {
 		// An Update request left from another strategy, the Manual
 		// request of a suspension taken back, or a lifecycle request for
 		// an earlier pod is withdrawn: the runtime reopens. Its Drained
@@ -202,10 +249,14 @@ func Decide(o Observed) Action {
 	}
 
 	switch {
-	case (current == nil || current.RequestID != want.RequestID) && !o.Admitted:
+	case (current == nil || current.RequestID != want.RequestID) && !o.Admitted && !failed:
 		return waitingForWave(o, current)
 	case current == nil || current.RequestID != want.RequestID:
 		msg := fmt.Sprintf("pod %s runs revision %s; asked its runtime to drain for revision %s (request %s)", pod.Name, PodRevision(pod), update, want.RequestID)
+		if failed {
+			_, why := o.podFailure()
+			msg = fmt.Sprintf("stale pod %s has failed (%s) and its drain sidecar holds its turns; asked the sidecar to drain for revision %s (request %s)", pod.Name, why, update, want.RequestID)
+		}
 		if want.Deadline != nil {
 			msg += fmt.Sprintf(", deadline %s", want.Deadline.UTC().Format(time.RFC3339))
 		}
@@ -232,8 +283,8 @@ func Decide(o Observed) Action {
 
 // deadlinePassed is the step for a drain whose request's deadline has
 // passed unanswered: under the Replace strategy or onDrainTimeout Replace,
-// delete the pod (its runtime was told when); otherwise wait, saying the
-// drain is overdue.
+// commit the pod's replacement (its runtime was told when); otherwise wait,
+// saying the drain is overdue.
 func deadlinePassed(o Observed) Action {
 	s, pod, current := o.Session, o.Pod, o.Session.Status.Drain
 	turns := "its runtime's turns"
@@ -242,12 +293,12 @@ func deadlinePassed(o Observed) Action {
 	}
 	switch {
 	case o.Policy.Strategy == lullv1.UpdateStrategyReplace:
-		return Action{Kind: DeletePod, Reason: lullv1.ReasonReplaced, PodUID: pod.UID, Drain: current,
-			Message: fmt.Sprintf("strategy Replace: replacing stale pod %s without a drain (request %s), with %s", pod.Name, current.RequestID, turns)}
+		return commitCutShort(o, lullv1.ReplacementReplaced,
+			fmt.Sprintf("strategy Replace: replacing stale pod %s without a drain (request %s), with %s", pod.Name, current.RequestID, turns))
 	case o.Policy.OnDrainTimeout == lullv1.DrainTimeoutReplace:
-		return Action{Kind: DeletePod, Reason: lullv1.ReasonDrainDeadlineExceeded, PodUID: pod.UID, Drain: current,
-			Message: fmt.Sprintf("drain request %s passed its deadline %s undrained; replacing pod %s with %s (onDrainTimeout Replace)",
-				current.RequestID, current.Deadline.UTC().Format(time.RFC3339), pod.Name, turns)}
+		return commitCutShort(o, lullv1.ReplacementDrainDeadlineExceeded,
+			fmt.Sprintf("drain request %s passed its deadline %s undrained; replacing pod %s with %s (onDrainTimeout Replace)",
+				current.RequestID, current.Deadline.UTC().Format(time.RFC3339), pod.Name, turns))
 	default:
 		return Action{Kind: Wait, Reason: lullv1.ReasonDrainOverdue, Drain: current,
 			Message: fmt.Sprintf("drain request %s passed its deadline %s; still waiting for the runtime of pod %s (%s; onDrainTimeout Wait)",
@@ -271,11 +322,11 @@ func finishCommitted(o Observed, j lifecycle.Judgement) (Action, bool) {
 	if a, ok := finishCull(o, j); ok {
 		return a, true
 	}
-	if c.Reason == lullv1.ReplacementDrained && s.Spec.Suspend {
+	if s.Spec.Suspend {
 		// Replicas scales the StatefulSet to zero, which removes the pod;
 		// deleting it as well could race a recreation.
 		return Action{Kind: Wait, Reason: lullv1.ReasonSuspending, Drain: s.Status.Drain, Replacement: c,
-			Message: fmt.Sprintf("suspending: scaling drained pod %s away", pod.Name)}, true
+			Message: fmt.Sprintf("suspending: scaling pod %s away (%s)", pod.Name, c.Reason)}, true
 	}
 	return Action{Kind: DeletePod, Reason: string(c.Reason), PodUID: pod.UID, Drain: s.Status.Drain, Replacement: c,
 		Message: fmt.Sprintf("finishing the committed replacement of pod %s (%s)", pod.Name, c.Reason)}, true
@@ -284,13 +335,17 @@ func finishCommitted(o Observed, j lifecycle.Judgement) (Action, bool) {
 // replaceUnserved returns the Commit that replaces a pod whose runtime cannot
 // be serving a turn (PodFailure or NeverStarted), if the pod is one. With
 // backoff, a replacement waits out the backoff of earlier failed
-// replacements first.
+// replacements first. A failed pod whose drain sidecar holds its turns
+// (drainsFirst) is not one: it is drained.
 func replaceUnserved(o Observed, backoff bool) (Action, bool) {
 	s, pod := o.Session, o.Pod
 	reason, why := lullv1.ReplacementPodFailed, ""
-	if failed, w := PodFailure(pod); failed {
+	if o.drainsFirst() {
+		// Its drain sidecar holds its turns: drained (Decide, decideSuspend).
+		return Action{}, false
+	} else if failed, w := o.podFailure(); failed {
 		why = w
-	} else if never, w := NeverStarted(pod, s.Status.Runtime); never {
+	} else if never, w := NeverStarted(pod, s.Status); never {
 		reason, why = lullv1.ReplacementNeverStarted, w
 	} else {
 		return Action{}, false
@@ -312,6 +367,21 @@ func commitDrained(o Observed, msg string) Action {
 	d := o.Session.Status.Drain
 	return Action{Kind: Commit, Reason: lullv1.ReasonDrained, PodUID: o.Pod.UID, Drain: d, Message: msg,
 		Replacement: &lullv1.Replacement{PodUID: o.Pod.UID, Reason: lullv1.ReplacementDrained, RequestID: d.RequestID, CommittedAt: metav1.NewTime(o.Now.Truncate(time.Second))}}
+}
+
+// commitCutShort returns the Commit of a pod replaced without a Drained
+// report (reason Forced, Replaced or DrainDeadlineExceeded). It is the same
+// compare-and-swap as a drained one: an old leader that decided it and
+// paused lands nothing on a Session that has moved on since (the request
+// withdrawn, the runtime reopened). The outstanding request is kept, and
+// named in the commitment when it is for the pod.
+func commitCutShort(o Observed, reason lullv1.ReplacementReason, msg string) Action {
+	d, pod := o.Session.Status.Drain, o.Pod
+	c := &lullv1.Replacement{PodUID: pod.UID, Reason: reason, CommittedAt: metav1.NewTime(o.Now.Truncate(time.Second))}
+	if d != nil && d.PodUID == pod.UID {
+		c.RequestID = d.RequestID
+	}
+	return Action{Kind: Commit, Reason: string(reason), PodUID: pod.UID, Drain: d, Replacement: c, Message: msg}
 }
 
 // terminating waits for a pod being deleted, and says it is stuck once it

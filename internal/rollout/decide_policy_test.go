@@ -72,8 +72,9 @@ func TestDecidePolicies(t *testing.T) {
 				o.Policy.Strategy = lullv1.UpdateStrategyReplace
 				outstanding(o, withDeadline(requested(podUID, newRev, 1, now), now))
 				o.Session.Status.Runtime = report(podUID, requested(podUID, newRev, 1, now).RequestID, lullv1.RuntimeDraining, 3)
-			}, kind: DeletePod, why: lullv1.ReasonReplaced,
-			drain: func() *lullv1.DrainRequest { return withDeadline(requested(podUID, newRev, 1, now), now) }},
+			}, kind: Commit, why: lullv1.ReasonReplaced,
+			drain:  func() *lullv1.DrainRequest { return withDeadline(requested(podUID, newRev, 1, now), now) },
+			commit: committed(podUID, lullv1.ReplacementReplaced, requested(podUID, newRev, 1, now).RequestID)},
 		{name: "Replace takes a Drained answer as drained",
 			edit: func(o *Observed) {
 				o.Policy.Strategy = lullv1.UpdateStrategyReplace
@@ -101,10 +102,10 @@ func TestDecidePolicies(t *testing.T) {
 			edit: func(o *Observed) {
 				o.Policy = lullv1.UpdatePolicy{DrainTimeout: &metav1.Duration{Duration: 30 * time.Second}, OnDrainTimeout: lullv1.DrainTimeoutReplace}
 				outstanding(o, withDeadline(requested(podUID, newRev, 1, earlier), earlier.Add(30*time.Second)))
-			}, kind: DeletePod, why: lullv1.ReasonDrainDeadlineExceeded,
+			}, kind: Commit, why: lullv1.ReasonDrainDeadlineExceeded,
 			drain: func() *lullv1.DrainRequest {
 				return withDeadline(requested(podUID, newRev, 1, earlier), earlier.Add(30*time.Second))
-			}},
+			}, commit: committed(podUID, lullv1.ReplacementDrainDeadlineExceeded, requested(podUID, newRev, 1, earlier).RequestID)},
 		{name: "deadline passed with onDrainTimeout Wait waits, overdue",
 			edit: func(o *Observed) {
 				o.Policy = lullv1.UpdatePolicy{DrainTimeout: &metav1.Duration{Duration: 30 * time.Second}, OnDrainTimeout: lullv1.DrainTimeoutWait}
@@ -125,9 +126,9 @@ func TestDecidePolicies(t *testing.T) {
 			edit: func(o *Observed) {
 				o.Policy = lullv1.UpdatePolicy{OnDrainTimeout: lullv1.DrainTimeoutReplace}
 				outstanding(o, withDeadline(requested(podUID, newRev, 1, earlier), earlier.Add(30*time.Second)))
-			}, kind: DeletePod, why: lullv1.ReasonDrainDeadlineExceeded,
+			}, kind: Commit, why: lullv1.ReasonDrainDeadlineExceeded,
 			drain: func() *lullv1.DrainRequest {
 				return withDeadline(requested(podUID, newRev, 1, earlier), earlier.Add(30*time.Second))
-			}},
+			}, commit: committed(podUID, lullv1.ReplacementDrainDeadlineExceeded, requested(podUID, newRev, 1, earlier).RequestID)},
 	})
 }

@@ -22,6 +22,13 @@ const (
 	podUID = types.UID("pod-1")
 )
 
+// decide is Decide with the judgement the reconciler passes it: Judge of
+// the same observation.
+func decide(o Observed) Action { return Decide(o, Judge(o)) }
+
+// nextStatus is NextStatus with the judgement the reconciler passes it.
+func nextStatus(o Observed, a Action) lullv1.SessionStatus { return NextStatus(o, Judge(o), a) }
+
 // fixture is one observed world; each table row edits a fresh copy.
 type fixture struct{ o Observed }
 
@@ -113,7 +120,7 @@ func runDecideTable(t *testing.T, tests []decideCase) {
 			if tt.edit != nil {
 				tt.edit(&f.o)
 			}
-			a := Decide(f.o)
+			a := decide(f.o)
 			if a.Kind != tt.kind || a.Reason != tt.why {
 				t.Fatalf("Decide = %s/%s (%s), want %s/%s", a.Kind, a.Reason, a.Message, tt.kind, tt.why)
 			}
@@ -133,6 +140,9 @@ func runDecideTable(t *testing.T, tests []decideCase) {
 			if (a.Kind == DeletePod || a.Kind == Commit) && a.PodUID != f.o.Pod.UID {
 				t.Errorf("DeletePod precondition UID = %q, want the observed pod's %q", a.PodUID, f.o.Pod.UID)
 			}
+			if c := f.o.Session.Status.Replacement; a.Kind == DeletePod && (c == nil || c.PodUID != a.PodUID) {
+				t.Errorf("DeletePod of pod %s whose replacement is not committed (status.replacement %+v): every destructive step is a Commit first", a.PodUID, c)
+			}
 			if a.RequeueAfter != tt.after {
 				t.Errorf("RequeueAfter = %s, want %s", a.RequeueAfter, tt.after)
 			}
@@ -147,7 +157,7 @@ func runDecideTable(t *testing.T, tests []decideCase) {
 			if a.Kind == Wait && equality.Semantic.DeepEqual(a.Drain, f.o.Session.Status.Drain) {
 				later := f.o
 				later.Now = f.o.Now.Add(1500 * time.Millisecond)
-				if b := Decide(later); b.Kind == a.Kind && b.Reason == a.Reason && b.Message != a.Message {
+				if b := decide(later); b.Kind == a.Kind && b.Reason == a.Reason && b.Message != a.Message {
 					t.Errorf("message changes with the clock alone:\n  %s\n  %s", a.Message, b.Message)
 				}
 			}
@@ -188,7 +198,7 @@ func TestDecide(t *testing.T) {
 				o.Session.Status.Replacement = committed(podUID, lullv1.ReplacementDrained, manual(podUID, 1, earlier).RequestID)
 			}, kind: Wait, why: lullv1.ReasonSuspending, drain: func() *lullv1.DrainRequest { return manual(podUID, 1, earlier) },
 			commit: committed(podUID, lullv1.ReplacementDrained, manual(podUID, 1, earlier).RequestID)},
-		{name: "a suspended failed pod is committed and deleted as observed, without backoff",
+		{name: "a suspended failed pod is committed as observed, without backoff (then scaled away)",
 			edit: func(o *Observed) {
 				o.Session.Spec.Suspend = true
 				o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("CrashLoopBackOff")}
@@ -196,6 +206,18 @@ func TestDecide(t *testing.T) {
 				last := metav1.NewTime(now)
 				o.Session.Status.LastFailedReplacementTime = &last
 			}, kind: Commit, why: lullv1.ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, "")},
+		{name: "force-update true on a suspended session commits before it is scaled away",
+			edit: func(o *Observed) {
+				o.Session.Spec.Suspend = true
+				outstanding(o, manual(podUID, 1, earlier))
+				o.Session.Annotations = map[string]string{lullv1.AnnotationForceUpdate: "true"}
+			}, kind: Commit, why: lullv1.ReasonForced, drain: func() *lullv1.DrainRequest { return manual(podUID, 1, earlier) },
+			commit: committed(podUID, lullv1.ReplacementForced, manual(podUID, 1, earlier).RequestID)},
+		{name: "a forced suspension, committed, is scaled away",
+			edit: func(o *Observed) {
+				o.Session.Spec.Suspend = true
+				o.Session.Status.Replacement = committed(podUID, lullv1.ReplacementForced, "")
+			}, kind: Wait, why: lullv1.ReasonSuspending, commit: committed(podUID, lullv1.ReplacementForced, "")},
 		{name: "a suspended pod with a failing sidecar is drained, not scaled away",
 			edit: func(o *Observed) {
 				o.Session.Spec.Suspend = true
@@ -349,14 +371,22 @@ func TestDecide(t *testing.T) {
 			}, kind: RequestDrain, why: lullv1.ReasonDrainRequested, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 5, now) }},
 
 		// Force.
-		{name: "force-update true replaces a stale pod without a drain",
+		{name: "force-update true commits a stale pod's replacement without a drain",
 			edit: func(o *Observed) { o.Session.Annotations = map[string]string{lullv1.AnnotationForceUpdate: "true"} },
-			kind: DeletePod, why: lullv1.ReasonForced, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, now) }},
+			kind: Commit, why: lullv1.ReasonForced, commit: committed(podUID, lullv1.ReplacementForced, "")},
 		{name: "force-update with the exact request ID replaces the pod",
 			edit: func(o *Observed) {
 				outstanding(o, requested(podUID, newRev, 1, earlier))
 				o.Session.Annotations = map[string]string{lullv1.AnnotationForceUpdate: requested(podUID, newRev, 1, earlier).RequestID}
-			}, kind: DeletePod, why: lullv1.ReasonForced, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) }},
+			}, kind: Commit, why: lullv1.ReasonForced, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) },
+			commit: committed(podUID, lullv1.ReplacementForced, requested(podUID, newRev, 1, earlier).RequestID)},
+		{name: "a committed forced replacement is finished after the annotation is gone",
+			edit: func(o *Observed) {
+				outstanding(o, requested(podUID, newRev, 1, earlier))
+				o.Session.Status.Replacement = committed(podUID, lullv1.ReplacementForced, requested(podUID, newRev, 1, earlier).RequestID)
+				o.Session.Status.Runtime = report(podUID, "", lullv1.RuntimeServing, 1)
+			}, kind: DeletePod, why: lullv1.ReasonForced, drain: func() *lullv1.DrainRequest { return requested(podUID, newRev, 1, earlier) },
+			commit: committed(podUID, lullv1.ReplacementForced, requested(podUID, newRev, 1, earlier).RequestID)},
 		{name: "force-update with another request ID is ignored",
 			edit: func(o *Observed) {
 				outstanding(o, requested(podUID, newRev, 1, earlier))
@@ -420,10 +450,10 @@ func TestDecide(t *testing.T) {
 // outstanding request, byte for byte, whatever the clock says.
 func TestDecideIsStableAcrossRestarts(t *testing.T) {
 	f := newFixture()
-	first := Decide(f.o)
-	f.o.Session.Status = NextStatus(f.o, first)
+	first := decide(f.o)
+	f.o.Session.Status = nextStatus(f.o, first)
 	f.o.Now = now.Add(time.Hour)
-	again := Decide(f.o)
+	again := decide(f.o)
 	if again.Kind != Wait || *again.Drain != *first.Drain {
 		t.Fatalf("after restart: %s with %+v, want Wait keeping %+v", again.Kind, again.Drain, first.Drain)
 	}
@@ -459,14 +489,18 @@ func TestReplicas(t *testing.T) {
 			o.Session.Spec.Suspend = true
 			o.Session.Status.Replacement = committed("pod-0", lullv1.ReplacementDrained, id)
 		}, 1},
-		{"suspended, failure committed: deleted as observed, not scaled", func(o *Observed) {
+		{"suspended, failure committed: scaled away, never deleted at one replica", func(o *Observed) {
 			o.Session.Spec.Suspend = true
 			o.Pod.Status.Phase = corev1.PodFailed
 			o.Session.Status.Replacement = committed(podUID, lullv1.ReplacementPodFailed, "")
-		}, 1},
-		{"suspended, force-update true", func(o *Observed) {
+		}, 0},
+		{"suspended, force-update true but not yet committed: the annotation alone never scales away", func(o *Observed) {
 			o.Session.Spec.Suspend = true
 			o.Session.Annotations = map[string]string{lullv1.AnnotationForceUpdate: "true"}
+		}, 1},
+		{"suspended, forced replacement committed", func(o *Observed) {
+			o.Session.Spec.Suspend = true
+			o.Session.Status.Replacement = committed(podUID, lullv1.ReplacementForced, "")
 		}, 0},
 		{"suspended, pod terminating", func(o *Observed) {
 			o.Session.Spec.Suspend = true
@@ -497,7 +531,7 @@ func TestRequestIDsAreNeverReused(t *testing.T) {
 		f.o.Now = now.Add(time.Duration(i) * time.Second)
 		f.o.Session.Spec.Suspend = i%7 == 3
 		f.o.StatefulSet.Status.UpdateRevision = []string{newRev, "s-rollback"}[i%2]
-		a := Decide(f.o)
+		a := decide(f.o)
 		if a.Kind != RequestDrain {
 			t.Fatalf("step %d: %s/%s, want RequestDrain", i, a.Kind, a.Reason)
 		}
@@ -505,7 +539,7 @@ func TestRequestIDsAreNeverReused(t *testing.T) {
 			t.Fatalf("step %d reissued request ID %s of step %d", i, a.Drain.RequestID, prev)
 		}
 		seen[a.Drain.RequestID] = i
-		f.o.Session.Status = NextStatus(f.o, a)
+		f.o.Session.Status = nextStatus(f.o, a)
 		// The runtime answers Drained; a withdrawal (the next step's change
 		// of revision) must not let this answer stand for the next request.
 		f.o.Session.Status.Runtime = report(podUID, a.Drain.RequestID, lullv1.RuntimeDrained, 0)

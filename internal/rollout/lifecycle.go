@@ -240,7 +240,7 @@ func committedFor(s *lullv1.Session, d *lullv1.DrainRequest) bool {
 
 // lifetimeDeadlinePassed is the step for a lifetime drain whose deadline
 // (the template's drainTimeout) has passed unanswered: onDrainTimeout
-// Replace deletes the pod, Wait keeps waiting, saying so.
+// Replace commits the pod's replacement, Wait keeps waiting, saying so.
 func lifetimeDeadlinePassed(o Observed) Action {
 	pod, cur := o.Pod, o.Session.Status.Drain
 	turns := "its runtime's turns"
@@ -248,9 +248,9 @@ func lifetimeDeadlinePassed(o Observed) Action {
 		turns = fmt.Sprintf("%d active turn(s)", r.ActiveTurns)
 	}
 	if o.Policy.OnDrainTimeout == lullv1.DrainTimeoutReplace {
-		return Action{Kind: DeletePod, Reason: lullv1.ReasonDrainDeadlineExceeded, PodUID: pod.UID, Drain: cur,
-			Message: fmt.Sprintf("lifetime drain %s passed its deadline %s undrained; replacing pod %s with %s (onDrainTimeout Replace)",
-				cur.RequestID, cur.Deadline.UTC().Format(time.RFC3339), pod.Name, turns)}
+		return commitCutShort(o, lullv1.ReplacementDrainDeadlineExceeded,
+			fmt.Sprintf("lifetime drain %s passed its deadline %s undrained; replacing pod %s with %s (onDrainTimeout Replace)",
+				cur.RequestID, cur.Deadline.UTC().Format(time.RFC3339), pod.Name, turns))
 	}
 	return Action{Kind: Wait, Reason: lullv1.ReasonLifetime, Drain: cur,
 		Message: fmt.Sprintf("lifetime drain %s passed its deadline %s; still waiting for the runtime of pod %s (%s; onDrainTimeout Wait)",

@@ -35,7 +35,7 @@ func staleIdleDrainFixture() *fixture {
 // leaves it.
 func written(o Observed, a Action) lullv1.Session {
 	s := o.Session.DeepCopy()
-	s.Status = NextStatus(o, a)
+	s.Status = nextStatus(o, a)
 	return *s
 }
 
@@ -49,14 +49,14 @@ func TestStaleSessionInAnIdleDrainGetsItsPlaceForAnUpdateWithADeadline(t *testin
 	t.Run("idle drain first, then the wave", func(t *testing.T) {
 		f := staleIdleDrainFixture()
 		f.o.Admitted = false // the wave has no entry for it yet
-		s := written(f.o, Decide(f.o))
+		s := written(f.o, decide(f.o))
 		wave := PlanWave(nil, []lullv1.Session{s}, 1, now, newTemplateRev)
 		if !Admitted(wave, &s) {
 			t.Fatalf("stale session with an unanswered idle drain, update with a deadline, room in the wave: wave %+v, UpToDate %+v; "+
 				"want it admitted, or the update never takes over", wave, findCondition(s.Status.Conditions, lullv1.ConditionUpToDate))
 		}
 		f.o.Session, f.o.Admitted = &s, true
-		if a := Decide(f.o); a.Kind != RequestDrain || a.Drain.Reason != lullv1.DrainReasonUpdate || a.Drain.Deadline == nil {
+		if a := decide(f.o); a.Kind != RequestDrain || a.Drain.Reason != lullv1.DrainReasonUpdate || a.Drain.Deadline == nil {
 			t.Fatalf("admitted: %s/%s %+v; want the Update request with its deadline", a.Kind, a.Reason, a.Drain)
 		}
 	})
@@ -66,7 +66,7 @@ func TestStaleSessionInAnIdleDrainGetsItsPlaceForAnUpdateWithADeadline(t *testin
 		f := staleIdleDrainFixture()
 		wave := []lullv1.WaveEntry{{Session: "s", Sequence: 1, AdmittedAt: metav1.NewTime(now.Add(-time.Minute))}}
 		f.o.Admitted = Admitted(wave, f.o.Session) // as the reconciler computes it
-		s := written(f.o, Decide(f.o))
+		s := written(f.o, decide(f.o))
 		next := PlanWave(wave, []lullv1.Session{s}, 1, now, newTemplateRev)
 		if len(next) != 1 {
 			t.Fatalf("wave %+v; want the session's place kept", next)
@@ -96,7 +96,7 @@ func TestNotReportingSessionDoesNotHoldTheLifetimeWave(t *testing.T) {
 		if !reporting {
 			withoutAReportOfItsOwn(f)
 		}
-		a := Decide(f.o)
+		a := decide(f.o)
 		if a.Kind != Wait || a.Drain != nil {
 			t.Fatalf("%s: %s/%s; want a wait for a place (or a report)", name, a.Kind, a.Reason)
 		}
@@ -111,6 +111,16 @@ func TestNotReportingSessionDoesNotHoldTheLifetimeWave(t *testing.T) {
 	var wave []lullv1.WaveEntry
 	at := now
 	for range 5 {
+		// The template controller revokes each lapsed place on its
+		// session before it plans (its compare-and-swap lands: nobody
+		// took the place up).
+		for _, e := range PlacesToRevoke(wave, sessions, at) {
+			for i := range sessions {
+				if sessions[i].Name == e.Session {
+					sessions[i].Status.RevokedAdmission = &lullv1.RevokedAdmission{Sequence: e.Sequence, AdmittedAt: e.AdmittedAt}
+				}
+			}
+		}
 		wave = PlanWave(wave, sessions, 1, at, "")
 		at = at.Add(UnusedAdmissionTTL + time.Second)
 	}
@@ -139,7 +149,7 @@ func TestPassiveStaleSessionIsCulledWhateverItsDrainTimeout(t *testing.T) {
 		f.o.Policy = passive
 		f.o.Lifecycle.MaxLifetime = 30 * time.Minute // the pod is an hour old
 		f.o.Admitted = true
-		if a := Decide(f.o); a.Kind != RequestDrain || a.Drain == nil {
+		if a := decide(f.o); a.Kind != RequestDrain || a.Drain == nil {
 			t.Fatalf("Passive, stale, idle past suspendAfter and past maxLifetime, admitted: %s/%s; want a drain (Idle or Lifetime), not nothing", a.Kind, a.Reason)
 		}
 	})
@@ -149,7 +159,7 @@ func TestPassiveStaleSessionIsCulledWhateverItsDrainTimeout(t *testing.T) {
 		f.o.Policy = passive
 		f.o.Admitted = true
 		outstanding(&f.o, idleRequest(podUID, 1))
-		if a := Decide(f.o); a.Drain == nil || a.Drain.Reason != lullv1.DrainReasonIdle {
+		if a := decide(f.o); a.Drain == nil || a.Drain.Reason != lullv1.DrainReasonIdle {
 			t.Fatalf("Passive, idle drain outstanding: %s/%s drain %+v; want the idle drain kept", a.Kind, a.Reason, a.Drain)
 		}
 	})
@@ -166,7 +176,7 @@ func TestDrainTimeoutSetDuringALifetimeDrainBoundsIt(t *testing.T) {
 	f := idleFixture()
 	f.o.Lifecycle = lifecycle.Policy{MaxLifetime: 30 * time.Minute}
 	f.o.Session.Status.Runtime.ActiveTurns = 1
-	a := Decide(f.o)
+	a := decide(f.o)
 	if a.Kind != RequestDrain || a.Drain.Reason != lullv1.DrainReasonLifetime || a.Drain.Deadline != nil {
 		t.Fatalf("lifetime due, no drainTimeout: %s/%s %+v; want a Lifetime request without a deadline", a.Kind, a.Reason, a.Drain)
 	}
@@ -174,15 +184,15 @@ func TestDrainTimeoutSetDuringALifetimeDrainBoundsIt(t *testing.T) {
 	id := a.Drain.RequestID
 	f.o.Policy.DrainTimeout = &metav1.Duration{Duration: time.Minute}
 	f.o.Policy.OnDrainTimeout = lullv1.DrainTimeoutReplace
-	a = Decide(f.o)
+	a = decide(f.o)
 	if a.Drain == nil || a.Drain.RequestID != id || a.Drain.Deadline == nil || !a.Drain.Deadline.Time.Equal(now.Add(time.Minute)) {
 		t.Fatalf("drainTimeout 1m set during the lifetime drain: %s/%s %+v; want request %s kept with a deadline a minute on", a.Kind, a.Reason, a.Drain, id)
 	}
 	outstanding(&f.o, a.Drain)
 	f.o.Now = now.Add(2 * time.Minute)
 	f.o.ReportWrittenAt = f.o.Now.Add(-time.Second)
-	if a := Decide(f.o); a.Kind != DeletePod || a.Reason != lullv1.ReasonDrainDeadlineExceeded {
-		t.Fatalf("past the added deadline: %s/%s; want DeletePod", a.Kind, a.Reason)
+	if a := decide(f.o); a.Kind != Commit || a.Reason != lullv1.ReasonDrainDeadlineExceeded {
+		t.Fatalf("past the added deadline: %s/%s; want Commit", a.Kind, a.Reason)
 	}
 }
 
@@ -194,14 +204,14 @@ func TestLifetimeDrainOfASilentRuntimeIsBoundByItsDeadline(t *testing.T) {
 	f := idleFixture()
 	f.o.Lifecycle = lifecycle.Policy{MaxLifetime: 30 * time.Minute}
 	f.o.Session.Status.Runtime.ActiveTurns = 1
-	a := Decide(f.o)
+	a := decide(f.o)
 	if a.Kind != RequestDrain || a.Drain.Reason != lullv1.DrainReasonLifetime {
 		t.Fatalf("lifetime due: %s/%s; want a Lifetime request", a.Kind, a.Reason)
 	}
 	outstanding(&f.o, a.Drain)
 	f.o.ReportWrittenAt = now.Add(-time.Hour) // nothing written for an hour
 	f.o.Now = now.Add(time.Hour)
-	if a := Decide(f.o); a.Kind != Wait || a.Drain == nil || a.Drain.Reason != lullv1.DrainReasonLifetime {
+	if a := decide(f.o); a.Kind != Wait || a.Drain == nil || a.Drain.Reason != lullv1.DrainReasonLifetime {
 		t.Fatalf("lifetime drain, runtime silent for an hour, no deadline: %s/%s drain %+v; want it kept", a.Kind, a.Reason, a.Drain)
 	}
 	// With a deadline that replaces the pod, the drain is kept: the
@@ -210,14 +220,14 @@ func TestLifetimeDrainOfASilentRuntimeIsBoundByItsDeadline(t *testing.T) {
 	f.o.Lifecycle = lifecycle.Policy{MaxLifetime: 30 * time.Minute}
 	f.o.Session.Status.Runtime.ActiveTurns = 1
 	f.o.Policy.DrainTimeout, f.o.Policy.OnDrainTimeout = &metav1.Duration{Duration: time.Minute}, lullv1.DrainTimeoutReplace
-	a = Decide(f.o)
+	a = decide(f.o)
 	outstanding(&f.o, a.Drain)
 	f.o.ReportWrittenAt = now.Add(-time.Hour)
-	if a := Decide(f.o); a.Drain == nil || a.Drain.Reason != lullv1.DrainReasonLifetime {
+	if a := decide(f.o); a.Drain == nil || a.Drain.Reason != lullv1.DrainReasonLifetime {
 		t.Errorf("lifetime drain with a Replace deadline, runtime silent: %s/%s; want it kept until its deadline", a.Kind, a.Reason)
 	}
 	f.o.Now = now.Add(2 * time.Minute)
-	if a := Decide(f.o); a.Kind != DeletePod || a.Reason != lullv1.ReasonDrainDeadlineExceeded {
-		t.Errorf("past the deadline, onDrainTimeout Replace, runtime silent: %s/%s; want DeletePod", a.Kind, a.Reason)
+	if a := decide(f.o); a.Kind != Commit || a.Reason != lullv1.ReasonDrainDeadlineExceeded {
+		t.Errorf("past the deadline, onDrainTimeout Replace, runtime silent: %s/%s; want Commit", a.Kind, a.Reason)
 	}
 }

@@ -18,7 +18,7 @@ func TestPassiveNeverDrainsAResumedSession(t *testing.T) {
 		f.o.Admitted = admitted
 		outstanding(&f.o, manual(podUID, 1, now.Add(-time.Minute)))
 		f.o.Session.Status.Runtime = report(podUID, manual(podUID, 1, now.Add(-time.Minute)).RequestID, lullv1.RuntimeDraining, 1)
-		a := Decide(f.o)
+		a := decide(f.o)
 		if a.Kind != Wait || a.Reason != lullv1.ReasonUpdatePending || a.Drain != nil {
 			t.Errorf("admitted=%v: Passive, stale pod with a leftover Manual request: got %s/%s drain %+v; want Wait/%s with the request withdrawn",
 				admitted, a.Kind, a.Reason, a.Drain, lullv1.ReasonUpdatePending)

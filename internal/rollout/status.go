@@ -15,10 +15,12 @@ import (
 
 // NextStatus returns the controller's part of the session status once a has
 // been carried out: phase, pod, revisions, conditions, drain request and
-// replacement bookkeeping. It starts from the observed status, so condition
-// transition times move only when a condition's status changes, and it
-// never touches status.runtime, which belongs to the runtime.
-func NextStatus(o Observed, a Action) lullv1.SessionStatus {
+// replacement bookkeeping; j is Judge(o), the judgement Decide was given
+// (the Active condition and status.lifecycle say it). It starts from the
+// observed status, so condition transition times move only when a
+// condition's status changes, and it never touches status.runtime, which
+// belongs to the runtime.
+func NextStatus(o Observed, j lifecycle.Judgement, a Action) lullv1.SessionStatus {
 	s := o.Session
 	st := *s.Status.DeepCopy()
 	st.ObservedGeneration = s.Generation
@@ -32,19 +34,23 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 		st.PodName, st.PodUID, st.CurrentRevision = o.Pod.Name, o.Pod.UID, PodRevision(o.Pod)
 		st.TemplateRevision = o.Pod.Labels[lullv1.LabelTemplateRevision]
 	}
+	// Recorded for as long as the pod is the session's: a later write to
+	// status.runtime cannot erase it (see NeverStarted, PodFailure).
+	rec := startRecordOf(o)
+	st.StartedPodUID, st.StartedReportTime, st.StartedRunTime = rec.PodUID, rec.ReportTime, rec.RunTime
 	st.UpdateRevision = ""
 	if o.StatefulSet != nil {
 		st.UpdateRevision = o.StatefulSet.Status.UpdateRevision
 	}
 
-	if a.Kind == Commit && a.Replacement != nil && a.Replacement.Reason != lullv1.ReplacementDrained {
+	if a.Kind == Commit && a.Replacement != nil && a.Replacement.Reason.Failed() {
 		// Counted in the commit, before the delete: a write that meets a
 		// conflict is retried whole, so the count cannot be lost.
 		now := metav1.NewTime(o.Now)
 		st.LastFailedReplacementTime = &now
 		st.FailedReplacements++
 	}
-	ready := a.Kind != DeletePod && a.Kind != Commit && o.Pod != nil && o.Pod.DeletionTimestamp == nil && podReady(o.Pod)
+	ready := a.Kind != DeletePod && a.Kind != Commit && o.Pod != nil && o.Pod.DeletionTimestamp == nil && podReady(o)
 	if ready && a.Reason == lullv1.ReasonUpToDate {
 		st.FailedReplacements = 0
 	}
@@ -58,7 +64,7 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 
 	switch {
 	case ready:
-		set(lullv1.ConditionReady, metav1.ConditionTrue, "PodReady", fmt.Sprintf("pod %s is running and ready", o.Pod.Name))
+		set(lullv1.ConditionReady, metav1.ConditionTrue, lullv1.ReasonPodReady, fmt.Sprintf("pod %s is running and ready", o.Pod.Name))
 	case s.Spec.Suspend:
 		set(lullv1.ConditionReady, metav1.ConditionFalse, lullv1.ReasonSuspended, "session is suspended")
 	case len(o.PendingClaims) > 0 && (o.Pod == nil || o.Pod.Status.Phase == corev1.PodPending):
@@ -66,8 +72,8 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 	case o.Pod == nil:
 		set(lullv1.ConditionReady, metav1.ConditionFalse, lullv1.ReasonPodPending, "session has no pod yet")
 	default:
-		reason, msg := "PodNotReady", fmt.Sprintf("pod %s is %s", o.Pod.Name, o.Pod.Status.Phase)
-		if failed, why := PodFailure(o.Pod); failed {
+		reason, msg := lullv1.ReasonPodNotReady, fmt.Sprintf("pod %s is %s", o.Pod.Name, o.Pod.Status.Phase)
+		if failed, why := o.podFailure(); failed {
 			reason, msg = lullv1.ReasonPodFailed, fmt.Sprintf("pod %s has failed: %s", o.Pod.Name, why)
 		}
 		set(lullv1.ConditionReady, metav1.ConditionFalse, reason, msg)
@@ -101,10 +107,9 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 		set(lullv1.ConditionDraining, metav1.ConditionTrue, string(st.Drain.Reason),
 			fmt.Sprintf("drain request %s for pod %s", st.Drain.RequestID, st.Drain.PodUID))
 	} else {
-		set(lullv1.ConditionDraining, metav1.ConditionFalse, "NoDrainRequest", "no drain request is outstanding")
+		set(lullv1.ConditionDraining, metav1.ConditionFalse, lullv1.ReasonNoDrainRequest, "no drain request is outstanding")
 	}
 
-	j := Judge(o)
 	st.Lifecycle = j.Status
 	switch r := s.Status.Runtime; j.State {
 	case lifecycle.NotReporting:
@@ -117,13 +122,13 @@ func NextStatus(o Observed, a Action) lullv1.SessionStatus {
 				"the session is not culled while it does not report: check the runtime's logs and its RoleBinding lull-runtime-%s",
 				o.Pod.Name, j.ReportDue.Add(-lifecycle.FirstReportGrace).UTC().Format(time.RFC3339), found, s.Name))
 	case lifecycle.Active:
-		set(lullv1.ConditionActive, metav1.ConditionTrue, "TurnsInFlight", fmt.Sprintf("%d turns in flight", r.ActiveTurns))
+		set(lullv1.ConditionActive, metav1.ConditionTrue, lullv1.ReasonTurnsInFlight, fmt.Sprintf("%d turns in flight", r.ActiveTurns))
 	case lifecycle.Idle:
-		set(lullv1.ConditionActive, metav1.ConditionFalse, "Idle", "no turn in flight")
+		set(lullv1.ConditionActive, metav1.ConditionFalse, lullv1.ReasonIdle, "no turn in flight")
 	case lifecycle.Unjudged:
-		set(lullv1.ConditionActive, metav1.ConditionFalse, "Idle", "no turn in flight; the runtime declares no report refresh bound, so it is never culled for idleness")
+		set(lullv1.ConditionActive, metav1.ConditionFalse, lullv1.ReasonIdle, "no turn in flight; the runtime declares no report refresh bound, so it is never culled for idleness")
 	default:
-		set(lullv1.ConditionActive, metav1.ConditionUnknown, "NoReport", "the runtime of the current pod has not reported")
+		set(lullv1.ConditionActive, metav1.ConditionUnknown, lullv1.ReasonNoReport, "the runtime of the current pod has not reported")
 	}
 
 	st.Phase = phase(o, a, st)
@@ -179,7 +184,7 @@ func phase(o Observed, a Action, st lullv1.SessionStatus) lullv1.SessionPhase {
 	case st.Drain != nil:
 		return lullv1.SessionDraining
 	}
-	if failed, _ := PodFailure(o.Pod); failed {
+	if failed, _ := o.podFailure(); failed {
 		return lullv1.SessionFailed
 	}
 	if o.Pod.Status.Phase == corev1.PodRunning {
@@ -188,8 +193,10 @@ func phase(o Observed, a Action, st lullv1.SessionStatus) lullv1.SessionPhase {
 	return lullv1.SessionPending
 }
 
-func podReady(pod *corev1.Pod) bool {
-	if failed, _ := PodFailure(pod); failed || pod.Status.Phase != corev1.PodRunning {
+// podReady reports whether o's pod is running, ready, and not failed.
+func podReady(o Observed) bool {
+	pod := o.Pod
+	if failed, _ := o.podFailure(); failed || pod.Status.Phase != corev1.PodRunning {
 		return false
 	}
 	for _, c := range pod.Status.Conditions {
@@ -200,6 +207,11 @@ func podReady(pod *corev1.Pod) bool {
 	return false
 }
 
+// podFailure is PodFailure of o's pod, judged with the session's report.
+func (o Observed) podFailure() (bool, string) {
+	return PodFailure(o.Pod, o.Session.Status, o.ReportWrittenAt)
+}
+
 // Passing reports whether the session is passing through a state that
 // normally lasts well under a second: the StatefulSet controller has not yet
 // published the new revision, the old pod is terminating, the new pod is
@@ -207,7 +219,7 @@ func podReady(pod *corev1.Pod) bool {
 // The reconciler writes such a state only if it lasts (see
 // session.SettleDelay), which keeps a drained replacement to three status
 // writes: the drain request, the commitment, and the session running its
-// new pod.
+// new pod (four when its start must be recorded at once: RecordStart).
 func Passing(o Observed, a Action) bool {
 	switch a.Reason {
 	case lullv1.ReasonRevisionUnknown, lullv1.ReasonPodTerminating, lullv1.ReasonPodPending, lullv1.ReasonStatefulSetPending:
@@ -220,11 +232,11 @@ func Passing(o Observed, a Action) bool {
 	case lullv1.ReasonSuspending:
 		return Replicas(o) == 0 // drained; the StatefulSet controller is removing the pod
 	case lullv1.ReasonUpToDate:
-		if failed, _ := PodFailure(o.Pod); failed {
+		if failed, _ := o.podFailure(); failed {
 			// A failing pod is no passing state: it shows at once.
 			return false
 		}
-		if !podReady(o.Pod) {
+		if !podReady(o) {
 			return true
 		}
 		r := o.Session.Status.Runtime

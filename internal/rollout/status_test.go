@@ -18,7 +18,7 @@ func TestNextStatus(t *testing.T) {
 		f := newFixture()
 		f.o.Pod.Status.Phase = corev1.PodPending
 		f.o.PendingClaims = []string{`PersistentVolumeClaim workspace-alice-0 is Pending: ProvisioningFailed: storageclass.storage.k8s.io "fast" not found`}
-		st := NextStatus(f.o, Decide(f.o))
+		st := nextStatus(f.o, decide(f.o))
 		assertCondition(t, st, lullv1.ConditionReady, metav1.ConditionFalse, lullv1.ReasonClaimPending)
 		for _, c := range st.Conditions {
 			if c.Type == lullv1.ConditionReady && !strings.Contains(c.Message, "workspace-alice-0") {
@@ -26,19 +26,19 @@ func TestNextStatus(t *testing.T) {
 			}
 		}
 		f.o.Pod.Status.Phase = corev1.PodRunning // a claim is never blamed for a running pod
-		assertCondition(t, NextStatus(f.o, Decide(f.o)), lullv1.ConditionReady, metav1.ConditionTrue, "PodReady")
+		assertCondition(t, nextStatus(f.o, decide(f.o)), lullv1.ConditionReady, metav1.ConditionTrue, "PodReady")
 	})
 	t.Run("drain requested", func(t *testing.T) {
 		f := newFixture()
 		f.o.Session.Status.Runtime = report(podUID, "", lullv1.RuntimeServing, 1)
-		a := Decide(f.o)
-		st := NextStatus(f.o, a)
+		a := decide(f.o)
+		st := nextStatus(f.o, a)
 		if st.Phase != lullv1.SessionDraining || st.Drain == nil || st.CurrentRevision != oldRev || st.UpdateRevision != newRev {
 			t.Fatalf("status = %+v", st)
 		}
 		assertCondition(t, st, lullv1.ConditionUpToDate, metav1.ConditionFalse, lullv1.ReasonDraining)
 		f.o.Session.Status = st
-		again := NextStatus(f.o, Decide(f.o))
+		again := nextStatus(f.o, decide(f.o))
 		if !equality.Semantic.DeepEqual(again, st) {
 			t.Errorf("waiting for the drain changed the status:\n%+v\nwas\n%+v", again, st)
 		}
@@ -53,7 +53,7 @@ func TestNextStatus(t *testing.T) {
 		f := newFixture()
 		f.o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] = newRev
 		f.o.Session.Status.FailedReplacements = 3
-		st := NextStatus(f.o, Decide(f.o))
+		st := nextStatus(f.o, decide(f.o))
 		if st.Phase != lullv1.SessionRunning || st.FailedReplacements != 0 || st.Drain != nil {
 			t.Fatalf("status = %+v", st)
 		}
@@ -63,13 +63,13 @@ func TestNextStatus(t *testing.T) {
 	t.Run("a committed failed replacement counts toward backoff, once", func(t *testing.T) {
 		f := newFixture()
 		f.o.Pod.Status.Phase = corev1.PodFailed
-		a := Decide(f.o)
-		st := NextStatus(f.o, a)
+		a := decide(f.o)
+		st := nextStatus(f.o, a)
 		if st.FailedReplacements != 1 || st.LastFailedReplacementTime == nil || !st.LastFailedReplacementTime.Time.Equal(now) || st.Phase != lullv1.SessionPending || st.Replacement == nil {
 			t.Fatalf("status = %+v", st)
 		}
 		f.o.Session.Status = st
-		again := NextStatus(f.o, Decide(f.o)) // the delete did not happen: finish it
+		again := nextStatus(f.o, decide(f.o)) // the delete did not happen: finish it
 		if again.FailedReplacements != 1 || again.Replacement == nil {
 			t.Fatalf("finishing the commitment changed the count or dropped it: %+v", again)
 		}
@@ -77,13 +77,13 @@ func TestNextStatus(t *testing.T) {
 	t.Run("a new request advances the drain sequence", func(t *testing.T) {
 		f := newFixture()
 		f.o.Session.Status.DrainSequence = 6
-		st := NextStatus(f.o, Decide(f.o))
+		st := nextStatus(f.o, decide(f.o))
 		if st.DrainSequence != 7 || st.Drain == nil || st.Drain.Sequence != 7 {
 			t.Fatalf("status = %+v", st)
 		}
 		f.o.Session.Status = st
 		f.o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] = newRev
-		if st := NextStatus(f.o, Decide(f.o)); st.DrainSequence != 7 || st.Drain != nil {
+		if st := nextStatus(f.o, decide(f.o)); st.DrainSequence != 7 || st.Drain != nil {
 			t.Fatalf("withdrawing the request must keep the sequence: %+v", st)
 		}
 	})
@@ -91,14 +91,14 @@ func TestNextStatus(t *testing.T) {
 		f := newFixture()
 		ts := metav1.NewTime(now.Add(-time.Hour))
 		f.o.Pod.DeletionTimestamp = &ts
-		st := NextStatus(f.o, Decide(f.o))
+		st := nextStatus(f.o, decide(f.o))
 		assertCondition(t, st, lullv1.ConditionUpToDate, metav1.ConditionFalse, lullv1.ReasonPodStuckTerminating)
 	})
 	t.Run("current failing pod shows Failed", func(t *testing.T) {
 		f := newFixture()
 		f.o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] = newRev
 		f.o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("CrashLoopBackOff")}
-		st := NextStatus(f.o, Decide(f.o))
+		st := nextStatus(f.o, decide(f.o))
 		if st.Phase != lullv1.SessionFailed {
 			t.Fatalf("phase = %s", st.Phase)
 		}
@@ -106,10 +106,10 @@ func TestNextStatus(t *testing.T) {
 	})
 	t.Run("transition time moves only when status changes", func(t *testing.T) {
 		f := newFixture()
-		st := NextStatus(f.o, Decide(f.o))
+		st := nextStatus(f.o, decide(f.o))
 		f.o.Session.Status = st
 		f.o.Now = now.Add(time.Minute)
-		again := NextStatus(f.o, Decide(f.o))
+		again := nextStatus(f.o, decide(f.o))
 		for _, c := range again.Conditions {
 			if !c.LastTransitionTime.Time.Equal(now) {
 				t.Errorf("%s transition time moved to %s", c.Type, c.LastTransitionTime)

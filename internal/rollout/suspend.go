@@ -23,8 +23,9 @@ func manualRequest(st lullv1.SessionStatus, pod types.UID, now time.Time) *lullv
 // decideSuspend drains a suspended session's pod before it goes: a healthy
 // running pod gets a Manual drain request; once its runtime answers Drained
 // the replacement is committed and Replicas scales the StatefulSet to zero.
-// A pod that is failed or never started is committed and deleted as
-// committed and deleted; force-update "true" scales it away at once.
+// A pod that is failed or never started is committed at once, without a
+// drain, and scaled away as well; force-update "true" commits a Forced
+// replacement at once, and Replicas then scales the pod away.
 func decideSuspend(o Observed, j lifecycle.Judgement) Action {
 	s, pod := o.Session, o.Pod
 	switch {
@@ -47,6 +48,10 @@ func decideSuspend(o Observed, j lifecycle.Judgement) Action {
 		a.Message = "suspending: " + a.Message
 		return a
 	}
+	if s.Annotations[lullv1.AnnotationForceUpdate] == "true" {
+		return commitCutShort(o, lullv1.ReplacementForced,
+			fmt.Sprintf("suspending: %s=true: scaling pod %s away without waiting for a drain", lullv1.AnnotationForceUpdate, pod.Name))
+	}
 	want := manualRequest(s.Status, pod.UID, o.Now)
 	switch {
 	case s.Status.Drain == nil || s.Status.Drain.RequestID != want.RequestID:
@@ -60,20 +65,24 @@ func decideSuspend(o Observed, j lifecycle.Judgement) Action {
 }
 
 // Replicas is the replica count the session's StatefulSet must have: 1,
-// or 0 for a suspended session whose pod is gone or terminating, forced
-// ("true"), or whose drained replacement is committed. Scaling to zero is a
-// destructive step like a delete, so a Drained report alone never scales
-// away: the commitment, written after the report was confirmed on the API
-// server, does.
+// or 0 for a suspended session whose pod is gone or terminating, or whose
+// pod's replacement is committed, whatever its reason (Drained, Forced,
+// PodFailed, NeverStarted). A suspended session's pod is never deleted at
+// one replica: the StatefulSet controller would recreate it from its pod
+// template at once (onto an image the catalog may refuse) unless lull's
+// next reconcile scaled it to zero first. Scaling to zero is a
+// destructive step like a delete, so neither a Drained report nor
+// lull.dev/force-update alone ever scales away: the commitment, a
+// compare-and-swap on the Session version they were seen in, does.
 func Replicas(o Observed) int32 {
 	s, pod := o.Session, o.Pod
 	if !s.Spec.Suspend {
 		return 1
 	}
-	if pod == nil || pod.DeletionTimestamp != nil || s.Annotations[lullv1.AnnotationForceUpdate] == "true" {
+	if pod == nil || pod.DeletionTimestamp != nil {
 		return 0
 	}
-	if c := s.Status.Replacement; c != nil && c.PodUID == pod.UID && c.Reason == lullv1.ReplacementDrained {
+	if c := s.Status.Replacement; c != nil && c.PodUID == pod.UID {
 		return 0
 	}
 	return 1

@@ -21,7 +21,13 @@ import (
 // one whose cache lags, cannot both admit into the same place; and a
 // session leaves the ledger only once the API server's copy of it, as seen
 // in the cache, shows the admitted request issued and the move finished,
-// so a lagging cache only keeps sessions in it longer. The wave counts what
+// so a lagging cache only keeps sessions in it longer. A place no request
+// took up within UnusedAdmissionTTL, or held by a session that is
+// suspended, is released only once the template controller has revoked it
+// on the Session itself (status.revokedAdmission, a compare-and-swap on the
+// version that showed it unused) and the session refuses a revoked place:
+// the session's request and the revoke race for one Session version, so
+// the place is either used or released, never both. The wave counts what
 // lull starts; failed pods are replaced and suspended sessions drained
 // without a place.
 
@@ -54,11 +60,15 @@ func MaxUnavailable(p lullv1.UpdatePolicy, running int) int {
 // has issued, with its request outstanding: a re-request for a newer
 // revision keeps the place). An idle drain that took the place's sequence
 // number (the idle cull went first) holds the place too: an update with a
-// deadline takes over from it under that place.
+// deadline takes over from it under that place. A place the template
+// controller revoked (Revoked) admits nothing, whatever the wave shows.
 func Admitted(wave []lullv1.WaveEntry, s *lullv1.Session) bool {
 	for _, e := range wave {
 		if e.Session != s.Name {
 			continue
+		}
+		if Revoked(e, s) {
+			return false
 		}
 		next := s.Status.DrainSequence + 1
 		d := s.Status.Drain
@@ -77,10 +87,17 @@ func Admitted(wave []lullv1.WaveEntry, s *lullv1.Session) bool {
 // and nothing of a move is outstanding: a session admitted at once never
 // has to write that it waits.
 //
-// An entry is released when its session is gone or suspended, when the
-// session has issued the admitted request (drain sequence at least the
+// An entry is released when its session is gone or being deleted, when
+// the session has issued the admitted request (drain sequence at least the
 // entry's) and is settled again (no drain request, no commitment, Ready),
-// or when it was never taken up within UnusedAdmissionTTL.
+// when it is suspended and shows no request under the place outstanding
+// (the suspension's own request took over, or none is left), or when the
+// session shows it revoked (Revoked: it was never taken up within
+// UnusedAdmissionTTL, or the session was suspended before it took it up;
+// see PlacesToRevoke). A lapsed entry, or a suspended session's unused
+// one, not yet revoked is held: its session may be writing its request (a
+// session suspended and resumed before its controller acted on the
+// suspension still holds the place on what its Session shows).
 func PlanWave(wave []lullv1.WaveEntry, sessions []lullv1.Session, max int, now time.Time, rev string) []lullv1.WaveEntry {
 	byName := map[string]*lullv1.Session{}
 	for i := range sessions {
@@ -90,14 +107,14 @@ func PlanWave(wave []lullv1.WaveEntry, sessions []lullv1.Session, max int, now t
 	held := map[string]bool{}
 	for _, e := range wave {
 		s := byName[e.Session]
-		if s == nil || s.Spec.Suspend || s.DeletionTimestamp != nil {
+		if s == nil || s.DeletionTimestamp != nil {
+			continue
+		}
+		if Revoked(e, s) {
 			continue
 		}
 		issued := s.Status.DrainSequence >= e.Sequence
-		if issued && settled(s) {
-			continue
-		}
-		if !issued && now.Sub(e.AdmittedAt.Time) > UnusedAdmissionTTL {
+		if issued && (settled(s) || s.Spec.Suspend && !drainsUnderPlace(s)) {
 			continue
 		}
 		next = append(next, e)
@@ -124,30 +141,67 @@ func PlanWave(wave []lullv1.WaveEntry, sessions []lullv1.Session, max int, now t
 	return next
 }
 
-// ExpiringAdmissions returns the sessions whose admission PlanWave would
-// release as never taken up (UnusedAdmissionTTL) on what sessions show.
-// The caller reads them again from the API server before planning: a
-// lagging cache may not show a request the session did issue, and
-// releasing its place would let the wave grow past its bound.
-func ExpiringAdmissions(wave []lullv1.WaveEntry, sessions []lullv1.Session, now time.Time) []string {
+// PlacesToRevoke returns the entries of wave to take back, on what
+// sessions show (Revocable): those no drain request took up within
+// UnusedAdmissionTTL, and those of suspended sessions not taken up (a
+// suspended session issues no Update request, but one resumed before its
+// controller acted on the suspension would, under a place released in
+// between). A deleted session's place is released by PlanWave without a
+// revoke. The caller revokes each on its Session, read again from the API
+// server (a lagging cache may not show a request the session did issue),
+// with that read's resourceVersion as a precondition (the session may be
+// writing its request under the place now); PlanWave releases the place
+// once the revoke shows.
+func PlacesToRevoke(wave []lullv1.WaveEntry, sessions []lullv1.Session, now time.Time) []lullv1.WaveEntry {
 	byName := map[string]*lullv1.Session{}
 	for i := range sessions {
 		byName[sessions[i].Name] = &sessions[i]
 	}
-	var out []string
+	var out []lullv1.WaveEntry
 	for _, e := range wave {
-		if s := byName[e.Session]; s != nil && s.Status.DrainSequence < e.Sequence && now.Sub(e.AdmittedAt.Time) > UnusedAdmissionTTL {
-			out = append(out, e.Session)
+		if s := byName[e.Session]; s != nil && s.DeletionTimestamp == nil && Revocable(e, s, now) {
+			out = append(out, e)
 		}
 	}
 	return out
+}
+
+// Revocable reports whether the place e must be revoked on s before it is
+// released: s has not taken it up (no request with e's sequence issued)
+// nor shows it revoked yet, and either e was admitted more than
+// UnusedAdmissionTTL before now (Lapsed) or s is suspended.
+func Revocable(e lullv1.WaveEntry, s *lullv1.Session, now time.Time) bool {
+	return Lapsed(e, s, now) || s.Spec.Suspend && s.Status.DrainSequence < e.Sequence && !Revoked(e, s)
+}
+
+// Lapsed reports whether s has not taken up its place e (no request with
+// e's sequence issued), e was admitted more than UnusedAdmissionTTL before
+// now, and s does not show it revoked yet.
+func Lapsed(e lullv1.WaveEntry, s *lullv1.Session, now time.Time) bool {
+	return s.Status.DrainSequence < e.Sequence && now.Sub(e.AdmittedAt.Time) > UnusedAdmissionTTL && !Revoked(e, s)
+}
+
+// drainsUnderPlace reports whether s has a request outstanding that holds
+// its place (see Admitted): an Update, Lifetime or Idle drain.
+func drainsUnderPlace(s *lullv1.Session) bool {
+	d := s.Status.Drain
+	return d != nil && (d.Reason == lullv1.DrainReasonUpdate || d.Reason == lullv1.DrainReasonLifetime || d.Reason == lullv1.DrainReasonIdle)
+}
+
+// Revoked reports whether s's status.revokedAdmission takes back the place
+// e: the same sequence, admitted no later than the revoked place (a place
+// of that sequence admitted after the revoke is a new one).
+func Revoked(e lullv1.WaveEntry, s *lullv1.Session) bool {
+	r := s.Status.RevokedAdmission
+	return r != nil && r.Sequence == e.Sequence && !e.AdmittedAt.After(r.AdmittedAt.Time)
 }
 
 // NextAdmissionLapse returns when the earliest admission of wave that no
 // drain request has taken up (on what sessions show) lapses
 // (UnusedAdmissionTTL), zero if none: when the template must plan its wave
 // again. Nothing else need happen by then (an idle fleet writes nothing),
-// and the place it holds would otherwise stay taken until a resync.
+// and the place it holds would otherwise stay taken until a resync. A
+// time already past is a lapsed place whose revoke has not landed.
 func NextAdmissionLapse(wave []lullv1.WaveEntry, sessions []lullv1.Session) time.Time {
 	byName := map[string]*lullv1.Session{}
 	for i := range sessions {
@@ -156,10 +210,14 @@ func NextAdmissionLapse(wave []lullv1.WaveEntry, sessions []lullv1.Session) time
 	var next time.Time
 	for _, e := range wave {
 		s := byName[e.Session]
-		if s == nil || s.Status.DrainSequence >= e.Sequence {
+		if s == nil || s.Status.DrainSequence >= e.Sequence || Revoked(e, s) {
 			continue // released at the next plan, or taken up
 		}
-		if at := e.AdmittedAt.Add(UnusedAdmissionTTL); next.IsZero() || at.Before(next) {
+		at := e.AdmittedAt.Add(UnusedAdmissionTTL)
+		if s.Spec.Suspend {
+			at = e.AdmittedAt.Time // to be revoked at once: its revoke did not land
+		}
+		if next.IsZero() || at.Before(next) {
 			next = at
 		}
 	}

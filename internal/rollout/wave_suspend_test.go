@@ -17,7 +17,7 @@ func TestWaitingForWaveDoesNotKeepASuspensionDrain(t *testing.T) {
 	f.o.Admitted = false
 	outstanding(&f.o, manual(podUID, 1, now.Add(-time.Minute)))
 	f.o.Session.Status.Runtime = report(podUID, manual(podUID, 1, now.Add(-time.Minute)).RequestID, lullv1.RuntimeDrained, 0)
-	a := Decide(f.o)
+	a := decide(f.o)
 	if a.Reason != lullv1.ReasonWaitingForWave || a.Drain != nil {
 		t.Errorf("got %s/%s drain %+v; want WaitingForWave with the Manual request withdrawn", a.Kind, a.Reason, a.Drain)
 	}

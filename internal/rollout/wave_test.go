@@ -14,12 +14,13 @@ import (
 // waveSession is a session as the template controller's cache holds it.
 type waveSession struct {
 	name    string
-	waiting bool          // UpToDate=False WaitingForWave
-	active  int32         // the runtime's active turns
-	ready   time.Duration // Ready for this long; 0 means not Ready
-	seq     int64         // status.drainSequence
-	drain   bool          // an Update request outstanding
-	gone    bool          // suspended
+	waiting bool              // UpToDate=False WaitingForWave
+	active  int32             // the runtime's active turns
+	ready   time.Duration     // Ready for this long; 0 means not Ready
+	seq     int64             // status.drainSequence
+	drain   bool              // an Update request outstanding
+	gone    bool              // suspended
+	revoked *lullv1.WaveEntry // the place status.revokedAdmission names
 }
 
 func (w waveSession) session() lullv1.Session {
@@ -35,6 +36,9 @@ func (w waveSession) session() lullv1.Session {
 	}
 	if w.drain {
 		s.Status.Drain = &lullv1.DrainRequest{RequestID: "update-x", Reason: lullv1.DrainReasonUpdate, Sequence: w.seq}
+	}
+	if e := w.revoked; e != nil {
+		s.Status.RevokedAdmission = &lullv1.RevokedAdmission{Sequence: e.Sequence, AdmittedAt: e.AdmittedAt}
 	}
 	return s
 }
@@ -85,17 +89,37 @@ func TestPlanWave(t *testing.T) {
 			wave:     []lullv1.WaveEntry{entry("a", 2, 10*time.Second)},
 			sessions: []waveSession{{name: "a", seq: 1, ready: time.Hour}, {name: "c", waiting: true, ready: time.Hour}},
 			max:      1, want: "a"},
-		{name: "an admission never taken up is released after its TTL",
+		{name: "an admission never taken up is held past its TTL until its revoke lands: the session may be writing its request",
 			wave:     []lullv1.WaveEntry{entry("a", 2, UnusedAdmissionTTL+time.Second)},
 			sessions: []waveSession{{name: "a", seq: 1, ready: time.Hour}, {name: "c", waiting: true, ready: time.Hour}},
+			max:      1, want: "a"},
+		{name: "an admission revoked on its session is released",
+			wave:     []lullv1.WaveEntry{entry("a", 2, UnusedAdmissionTTL+time.Second)},
+			sessions: []waveSession{{name: "a", seq: 1, ready: time.Hour, revoked: new(entry("a", 2, UnusedAdmissionTTL+time.Second))}, {name: "c", waiting: true, ready: time.Hour}},
 			max:      1, want: "c"},
+		{name: "a revoke of an earlier place of the same sequence releases nothing",
+			wave:     []lullv1.WaveEntry{entry("a", 2, time.Minute)},
+			sessions: []waveSession{{name: "a", seq: 1, ready: time.Hour, revoked: new(entry("a", 2, 10*time.Minute))}, {name: "c", waiting: true, ready: time.Hour}},
+			max:      1, want: "a"},
 		{name: "a session moving to its new pod (not Ready) keeps its place",
 			wave:     []lullv1.WaveEntry{entry("a", 1, time.Minute)},
 			sessions: []waveSession{{name: "a", seq: 1}, {name: "c", waiting: true, ready: time.Hour}},
 			max:      1, want: "a"},
-		{name: "deleted and suspended sessions leave",
+		{name: "deleted sessions, and suspended ones whose request under the place gave way, leave",
 			wave:     []lullv1.WaveEntry{entry("gone", 1, 0), entry("s", 1, 0)},
+			sessions: []waveSession{{name: "s", seq: 1, gone: true}, {name: "c", waiting: true, ready: time.Hour}},
+			max:      1, want: "c"},
+		{name: "a suspended session whose Update request is still outstanding keeps its place: resumed before its controller acted, it drains under it",
+			wave:     []lullv1.WaveEntry{entry("s", 1, 0)},
 			sessions: []waveSession{{name: "s", seq: 1, drain: true, gone: true}, {name: "c", waiting: true, ready: time.Hour}},
+			max:      1, want: "s"},
+		{name: "a suspended session's place not taken up is held until its revoke lands",
+			wave:     []lullv1.WaveEntry{entry("s", 2, 0)},
+			sessions: []waveSession{{name: "s", seq: 1, gone: true}, {name: "c", waiting: true, ready: time.Hour}},
+			max:      1, want: "s"},
+		{name: "a suspended session's place revoked on it is released",
+			wave:     []lullv1.WaveEntry{entry("s", 2, 0)},
+			sessions: []waveSession{{name: "s", seq: 1, gone: true, revoked: new(entry("s", 2, 0))}, {name: "c", waiting: true, ready: time.Hour}},
 			max:      1, want: "c"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -140,9 +164,17 @@ func TestAdmitted(t *testing.T) {
 		{"entry already used, nothing outstanding", []lullv1.WaveEntry{entry("a", 3, 0)}, false, false},
 		{"entry used by the request outstanding: a re-request keeps the place", []lullv1.WaveEntry{entry("a", 3, 0)}, true, true},
 		{"another session's entry", []lullv1.WaveEntry{entry("b", 4, 0)}, false, false},
+		{"entry for the next request, revoked", []lullv1.WaveEntry{entry("a", 4, 3*time.Minute)}, false, false},
+		{"entry revoked after an idle drain took its sequence", []lullv1.WaveEntry{entry("a", 3, 3*time.Minute)}, true, false},
+		{"entry for the next request admitted after an earlier one was revoked", []lullv1.WaveEntry{entry("a", 4, time.Second)}, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := s.DeepCopy()
+			if strings.Contains(tc.name, "revoked") {
+				// The template controller took back the place of this
+				// sequence admitted 3 minutes ago.
+				s.Status.RevokedAdmission = &lullv1.RevokedAdmission{Sequence: tc.wave[0].Sequence, AdmittedAt: metav1.NewTime(now.Add(-3 * time.Minute))}
+			}
 			if tc.drain {
 				s.Status.Drain = &lullv1.DrainRequest{Reason: lullv1.DrainReasonUpdate, Sequence: 3}
 			}
@@ -173,11 +205,15 @@ func TestMaxUnavailable(t *testing.T) {
 
 func ptrIntOrString(v intstr.IntOrString) *intstr.IntOrString { return &v }
 
-func TestExpiringAdmissions(t *testing.T) {
-	sessions := []lullv1.Session{waveSession{name: "old", seq: 1}.session(), waveSession{name: "young", seq: 1}.session(), waveSession{name: "used", seq: 2}.session()}
-	wave := []lullv1.WaveEntry{entry("old", 2, UnusedAdmissionTTL+time.Second), entry("young", 2, time.Minute), entry("used", 2, UnusedAdmissionTTL+time.Second)}
-	if got := strings.Join(ExpiringAdmissions(wave, sessions, now), ","); got != "old" {
-		t.Errorf("expiring = %s, want old (young is within its TTL, used took its place up)", got)
+func TestPlacesToRevoke(t *testing.T) {
+	revoked := entry("revoked", 2, UnusedAdmissionTTL+time.Second)
+	sessions := []lullv1.Session{waveSession{name: "old", seq: 1}.session(), waveSession{name: "young", seq: 1}.session(), waveSession{name: "used", seq: 2}.session(),
+		waveSession{name: "revoked", seq: 1, revoked: &revoked}.session(), waveSession{name: "suspended", seq: 1, gone: true}.session()}
+	wave := []lullv1.WaveEntry{entry("old", 2, UnusedAdmissionTTL+time.Second), entry("young", 2, time.Minute), entry("used", 2, UnusedAdmissionTTL+time.Second), revoked,
+		entry("suspended", 2, UnusedAdmissionTTL+time.Second)}
+	if got := waveNames(PlacesToRevoke(wave, sessions, now)); got != "old,suspended" {
+		t.Errorf("to revoke = %s, want old,suspended (young is within its TTL, used took its place up, revoked is taken back already, "+
+			"suspended has not taken its place up: resumed before its controller acted, it would)", got)
 	}
 }
 

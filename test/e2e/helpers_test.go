@@ -16,6 +16,7 @@ import (
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/dev/journal"
 	"lull.dev/lull/internal/dev/scenario"
+	"lull.dev/lull/internal/dev/testenv"
 )
 
 // setup creates a namespace named after the test, a template running the
@@ -82,19 +83,8 @@ func pod(t *testing.T, ns, name string) *corev1.Pod {
 	return p
 }
 
-// eventually polls cond every 100 ms until it returns nil or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within %s: %v", what, timeout, err)
-}
+// eventually is testenv.Eventually.
+var eventually = testenv.Eventually
 
 // never checks cond stays nil for d.
 func never(t *testing.T, d time.Duration, what string, cond func() error) {

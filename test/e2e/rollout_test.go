@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -293,12 +294,27 @@ func (w testWriter) Write(b []byte) (int, error) {
 
 // crashLoop makes a pod look like its container cannot start, as the
 // kubelet would report it (KWOK leaves a Running pod's status alone).
+// crashLoop fakes a crash loop of p's runtime container in its status, its
+// last termination now. The runtime process lives on, so the fake is
+// written only once that runtime has reported from p: a report written
+// after the termination would rightly keep the pod (a report fresher than
+// a failure is a live runtime, docs/protocol.md).
 func crashLoop(t *testing.T, p *corev1.Pod) {
 	t.Helper()
+	eventually(t, 10*time.Second, "runtime reports from "+string(p.UID), func() error {
+		if r := session(t, p.Namespace, p.Labels[lullv1.LabelSession]).Status.Runtime; r == nil || r.PodUID != p.UID {
+			return fmt.Errorf("report %+v", r)
+		}
+		return nil
+	})
 	patch := client.MergeFrom(p.DeepCopy())
 	p.Status.ContainerStatuses = []corev1.ContainerStatus{{
 		Name: "runtime", Image: p.Spec.Containers[0].Image, Ready: false, RestartCount: 5,
 		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off restarting failed container"}},
+		// As the kubelet shows a crash loop: the last termination, now.
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: 1, Reason: "Error", FinishedAt: metav1.Now(),
+		}},
 	}}
 	for i := range p.Status.Conditions {
 		if p.Status.Conditions[i].Type == corev1.PodReady || p.Status.Conditions[i].Type == corev1.ContainersReady {

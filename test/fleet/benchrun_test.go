@@ -10,10 +10,10 @@ import (
 	"lull.dev/lull/internal/dev/podprocess"
 )
 
-// lull bench's run, small: the floor (a raw rollout of as many plain
-// StatefulSets, the write→watch latency), a rollout of 20 idle sessions
-// and an idle window all yield their figures, and the runtimes' requests
-// are counted through the fleet's transport. Figures only: targets are
+// lull bench's run, small: the floors (a raw rollout of as many plain
+// StatefulSets, the protocol floor, the write→watch latency), a rollout
+// of 20 idle sessions and an idle window all yield their figures, and the
+// runtimes' requests are counted through the fleet's transport. Figures only: targets are
 // for `lull bench` at scale, not for this test.
 func TestBenchRunReportsEveryFigure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -64,7 +64,10 @@ func TestBenchRunReportsEveryFigure(t *testing.T) {
 	if reqs["WATCH sessions"] < 2*n || reqs["PATCH sessions/status"] < 2*n {
 		t.Errorf("runtime requests %v: want at least %d Session watches and status patches", reqs, 2*n)
 	}
-	if len(r.Phases) != 6 {
-		t.Errorf("phases %v, want raw rollout floor, start, write→watch floor, rollout, settle, idle window", r.Phases)
+	if r.Protocol.Sessions != n || r.Protocol.Rollout <= 0 || r.Protocol.Reported < r.Protocol.Rollout || r.Protocol.Setup <= 0 || r.Protocol.Teardown <= 0 || r.ProtocolRatio() <= 0 {
+		t.Errorf("protocol floor %+v, ratio %.2f: want %d sessions, every duration positive, reported no sooner than moved", r.Protocol, r.ProtocolRatio(), n)
+	}
+	if len(r.Phases) != 7 {
+		t.Errorf("phases %v, want raw rollout floor, protocol floor, start, write→watch floor, rollout, settle, idle window", r.Phases)
 	}
 }

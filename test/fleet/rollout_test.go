@@ -13,6 +13,7 @@ import (
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/dev/audit"
 	"lull.dev/lull/internal/dev/scenario"
+	"lull.dev/lull/internal/dev/testenv"
 )
 
 // Sessions whose runtimes run in fleet mode, busy with turns, are rolled
@@ -95,16 +96,5 @@ func TestFleetRollout(t *testing.T) {
 	}
 }
 
-// eventually polls cond every 100 ms until it returns nil or timeout passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within %s: %v", what, timeout, err)
-}
+// eventually is testenv.Eventually.
+var eventually = testenv.Eventually

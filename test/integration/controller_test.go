@@ -314,7 +314,7 @@ func TestController(t *testing.T) {
 		// status.runtime.
 		got := mustGetSession(t, ns, s.Name)
 		for _, mf := range got.ManagedFields {
-			if mf.Subresource == "status" && mf.FieldsV1 != nil && strings.Contains(string(mf.FieldsV1.Raw), `"f:runtime"`) && mf.Manager == session.FieldManager {
+			if mf.Subresource == "status" && mf.FieldsV1 != nil && strings.Contains(string(mf.FieldsV1.Raw), `"f:runtime"`) && mf.Manager == lullv1.FieldManagerController {
 				t.Errorf("field manager %s owns status.runtime: %s", mf.Manager, mf.FieldsV1.Raw)
 			}
 		}

@@ -50,7 +50,7 @@ func TestFilesQuota(t *testing.T) {
 	first := render.FilesConfigMapName(tpl)
 	sts := &appsv1.StatefulSet{}
 	eventually(t, 15*time.Second, "the StatefulSet mounts the first files", func(ctx context.Context) error {
-		if err := filesReadyIs(ctx, ns, tpl.Name, metav1.ConditionTrue, lullv1.ReasonFilesCreated, first); err != nil {
+		if err := filesReadyIs(ctx, ns, tpl.Name, metav1.ConditionTrue, lullv1.ReasonCreated, first); err != nil {
 			return err
 		}
 		if err := admin.Get(ctx, client.ObjectKeyFromObject(running), sts); err != nil {
@@ -143,7 +143,7 @@ func TestFilesQuota(t *testing.T) {
 	}
 	// Before the try the backoff had set: the quota's change brought it.
 	eventually(t, time.Until(nextTry)-time.Second, "the quota raised: FilesReady=True and both StatefulSets mount the new files before the backoff's next try", func(ctx context.Context) error {
-		if err := filesReadyIs(ctx, ns, tpl.Name, metav1.ConditionTrue, lullv1.ReasonFilesCreated, second); err != nil {
+		if err := filesReadyIs(ctx, ns, tpl.Name, metav1.ConditionTrue, lullv1.ReasonCreated, second); err != nil {
 			return err
 		}
 		for _, s := range []*lullv1.Session{running, fresh} {
@@ -295,7 +295,7 @@ func TestFilesAdmissionDenied(t *testing.T) {
 	// The create has been refused for a while: the next try may be up to
 	// a backoff step (here at most 32 s) away.
 	eventually(t, 90*time.Second, "the policy gone: FilesReady=True and the StatefulSet mounts the files", func(ctx context.Context) error {
-		if err := filesReadyIs(ctx, ns, tpl.Name, metav1.ConditionTrue, lullv1.ReasonFilesCreated, cm); err != nil {
+		if err := filesReadyIs(ctx, ns, tpl.Name, metav1.ConditionTrue, lullv1.ReasonCreated, cm); err != nil {
 			return err
 		}
 		sts := &appsv1.StatefulSet{}

@@ -199,7 +199,7 @@ func TestFilesConfigMap(t *testing.T) {
 			t.Fatal(err)
 		}
 		eventually(t, 30*time.Second, "lull's ConfigMap replaces the deleted one and the StatefulSet mounts it", func(ctx context.Context) error {
-			if err := filesReadyIs(ctx, ns, tpl.Name, metav1.ConditionTrue, lullv1.ReasonFilesCreated, squatter.Name); err != nil {
+			if err := filesReadyIs(ctx, ns, tpl.Name, metav1.ConditionTrue, lullv1.ReasonCreated, squatter.Name); err != nil {
 				return err
 			}
 			if err := admin.Get(ctx, key, sts); err != nil {

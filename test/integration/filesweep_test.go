@@ -225,7 +225,8 @@ func TestFilesSweeper(t *testing.T) {
 	all[touched.Name] = false
 	check(all)
 
-	// The pod goes away: what it mounted is swept after the safety pass.
+	// The pod goes away: what it mounted is swept once the judgement that
+	// kept it (a live read that found the pod) has stood for the interval.
 	if err := admin.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))); err != nil {
 		t.Fatal(err)
 	}
@@ -235,6 +236,9 @@ func TestFilesSweeper(t *testing.T) {
 		}
 		return nil
 	})
+	pass()
+	check(all) // the judgement that found the pod still stands
+	clock.SetTime(clock.Now().Add(r.Interval + time.Second))
 	pass()
 	all[byPod.Name] = false
 	check(all)

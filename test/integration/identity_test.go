@@ -260,7 +260,7 @@ func TestRuntimeIdentity(t *testing.T) {
 		// The controller's drain request, as admin.
 		reqID := drain.RequestID(podA.UID, lullv1.DrainReasonUpdate, 2)
 		req := fmt.Sprintf(`{"requestID":%q,"podUID":%q,"reason":"Update","revision":"rev-2","requestedAt":"2026-01-02T03:04:05Z"}`, reqID, podA.UID)
-		if err := admin.Status().Patch(ctx, sessionRef(ns, sa.Name), mergePatch(fmt.Sprintf(`{"status":{"phase":"Draining","podUID":%q,"drainSequence":2,"drain":%s}}`, podA.UID, req))); err != nil {
+		if err := admin.Status().Patch(ctx, sessionRef(ns, sa.Name), mergePatch(fmt.Sprintf(`{"status":{"phase":"Draining","podUID":%q,"startedPodUID":%q,"drainSequence":2,"drain":%s}}`, podA.UID, podA.UID, req))); err != nil {
 			t.Fatal(err)
 		}
 		other := drain.RequestID(podA.UID, lullv1.DrainReasonManual, 3)
@@ -283,6 +283,14 @@ func TestRuntimeIdentity(t *testing.T) {
 			`{"status":{"drainSequence":3}}`,
 			`{"status":{"drainSequence":null}}`,
 			`{"status":{"replacement":` + replacement + `}}`,
+			// The template controller's revoke of a wave place: a runtime
+			// neither revokes one nor, once revoked, takes it back.
+			`{"status":{"revokedAdmission":{"sequence":1,"admittedAt":"2026-01-02T03:04:05Z"}}}`,
+			// The controller's record that it saw the runtime started:
+			// neither erased nor forged by a runtime.
+			`{"status":{"startedPodUID":null}}`,
+			`{"status":{"startedPodUID":"pod-z"}}`,
+			`{"status":{"startedReportTime":"2026-01-02T03:04:05Z"}}`,
 			// status.runtime and a controller field at once: all refused.
 			`{"status":{"runtime":{"podUID":"` + string(podA.UID) + `","requestID":"` + reqID + `","state":"Drained","activeTurns":0},"drain":null}}`,
 			`{"status":null}`,

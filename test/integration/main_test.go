@@ -40,6 +40,7 @@ import (
 	"lull.dev/lull/config"
 	"lull.dev/lull/internal/dev/devcluster"
 	"lull.dev/lull/internal/dev/install"
+	"lull.dev/lull/internal/dev/testenv"
 	"lull.dev/lull/internal/manager"
 )
 
@@ -113,14 +114,9 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// eventually polls cond every 50ms until it returns nil, and fails the test
-// with cond's last error if timeout passes first.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) error) {
-	t.Helper()
-	if err := poll(t.Context(), timeout, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
+// eventually is testenv.EventuallyContext: cond gets a context that ends
+// with the wait.
+var eventually = testenv.EventuallyContext
 
 // consistently checks cond every 100ms for d and fails the test the first
 // time it returns an error.

@@ -17,6 +17,7 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/controller/session"
+	"lull.dev/lull/internal/rollout"
 )
 
 // TestManagerCache reads the cache of lull's manager: pods and StatefulSets hold no managed fields
@@ -49,6 +50,14 @@ func TestManagerCache(t *testing.T) {
 	if err := admin.Patch(ctx, pod, mergePatch(fmt.Sprintf(`{"metadata":{"annotations":{%q:"{}"}}}`, corev1.LastAppliedConfigAnnotation))); err != nil {
 		t.Fatal(err)
 	}
+	// Another party's write of the pod's status, after the container
+	// states were published: a readiness gate's condition. It publishes no
+	// container's state, so the cache drops it (rollout.StatusWrittenAt
+	// must not count it).
+	gate := `{"status":{"conditions":[{"type":"example.com/gate","status":"True"}]}}`
+	if err := admin.Status().Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, []byte(gate)), client.FieldOwner("readiness-gate")); err != nil {
+		t.Fatal(err)
+	}
 	// The runtime's report, through the status subresource with the
 	// runtime's field manager.
 	report := fmt.Sprintf(`{"status":{"runtime":{"podUID":%q,"state":"Serving","activeTurns":0,"refreshSeconds":30}}}`, pod.UID)
@@ -57,7 +66,7 @@ func TestManagerCache(t *testing.T) {
 	}
 
 	cached := managerCache
-	t.Run("pods and StatefulSets without managed fields or last-applied", func(t *testing.T) {
+	t.Run("pods and StatefulSets without managed fields (but when a pod's container states were published) or last-applied", func(t *testing.T) {
 		for _, obj := range []client.Object{&corev1.Pod{}, &appsv1.StatefulSet{}} {
 			name := s.Name
 			if _, ok := obj.(*corev1.Pod); ok {
@@ -75,8 +84,19 @@ func TestManagerCache(t *testing.T) {
 				if err := cached.Get(ctx, key, obj); err != nil {
 					return err
 				}
-				if n := len(obj.GetManagedFields()); n > 0 {
-					return fmt.Errorf("cached with %d managed-fields entries", n)
+				// A pod keeps only when its container states were
+				// published, owning containerStatuses alone
+				// (rollout.StatusWrittenAt reads it).
+				for _, mf := range obj.GetManagedFields() {
+					if _, isPod := obj.(*corev1.Pod); !isPod || mf.Subresource != "status" || mf.Time == nil || mf.Manager == "readiness-gate" ||
+						mf.FieldsV1 == nil || string(mf.FieldsV1.Raw) != `{"f:status":{"f:containerStatuses":{}}}` {
+						return fmt.Errorf("cached with managed-fields entry %+v", mf)
+					}
+				}
+				if p, isPod := obj.(*corev1.Pod); isPod {
+					if c, l := rollout.StatusWrittenAt(p), rollout.StatusWrittenAt(live.(*corev1.Pod)); c.IsZero() || !c.Equal(l) {
+						return fmt.Errorf("cached pod's container states published at %v, API server's at %v", c, l)
+					}
 				}
 				if _, ok := obj.GetAnnotations()[corev1.LastAppliedConfigAnnotation]; ok {
 					return fmt.Errorf("cached with %s", corev1.LastAppliedConfigAnnotation)

@@ -184,6 +184,34 @@ func Decide(o Observed) Plan {
 	return p
 }
 
+// LiveVerdict is a judgement on the API server that kept a ConfigMap: at
+// which resourceVersion, why, and when.
+type LiveVerdict struct {
+	ResourceVersion string
+	Reason          Reason
+	At              time.Time
+}
+
+// Standing returns p, a judgement on the cache, with each Delete verdict
+// that a judgement on the API server kept (live, by ConfigMap UID) at the
+// same resourceVersion less than ttl before now turned into that
+// judgement's Keep. The cache holds only lull's StatefulSets and pods, so
+// a ConfigMap that only another's object names is found deletable by
+// every cache judgement; without the standing verdict every pass would
+// list the whole namespace from the API server again. It only ever keeps
+// more than p: a foreign reference that goes is seen by the next
+// judgement on the API server, at most ttl later.
+func Standing(p Plan, live map[types.UID]LiveVerdict, now time.Time, ttl time.Duration) Plan {
+	out := Plan{NextCheck: p.NextCheck, Verdicts: slices.Clone(p.Verdicts)}
+	for i, v := range out.Verdicts {
+		lv, ok := live[v.ConfigMap.UID]
+		if v.Delete && ok && lv.ResourceVersion == v.ConfigMap.ResourceVersion && now.Sub(lv.At) < ttl {
+			out.Verdicts[i] = Verdict{ConfigMap: v.ConfigMap, Reason: lv.Reason}
+		}
+	}
+	return out
+}
+
 // ours reports whether lull wrote cm as a template's files: both labels,
 // the name they make, and content that hashes to the lull.dev/files label.
 // A ConfigMap that merely copies lull's labels is not lull's.

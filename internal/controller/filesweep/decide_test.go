@@ -224,3 +224,35 @@ func TestDecideManyCandidates(t *testing.T) {
 		}
 	}
 }
+
+// A judgement on the API server that kept a ConfigMap stands for ttl at
+// the resourceVersion it judged, and only ever keeps more.
+func TestStanding(t *testing.T) {
+	a, b := filesOf(template("a", "1")), filesOf(template("b", "2"))
+	p := Plan{Verdicts: []Verdict{{ConfigMap: &a, Delete: true}, {ConfigMap: &b, Delete: true}}}
+	for _, tc := range []struct {
+		what  string
+		live  LiveVerdict
+		at    time.Time
+		keeps bool
+	}{
+		{"kept live a moment ago at this version", LiveVerdict{ResourceVersion: "7", Reason: Mounted, At: t0}, t0.Add(time.Second), true},
+		{"kept live an interval ago", LiveVerdict{ResourceVersion: "7", Reason: Mounted, At: t0}, t0.Add(time.Minute), false},
+		{"kept live at another version", LiveVerdict{ResourceVersion: "6", Reason: Mounted, At: t0}, t0.Add(time.Second), false},
+	} {
+		got := Standing(p, map[types.UID]LiveVerdict{a.UID: tc.live}, tc.at, time.Minute)
+		if kept := !got.Verdicts[0].Delete && got.Verdicts[0].Reason == Mounted; kept != tc.keeps {
+			t.Errorf("%s: verdict %+v, want kept %v", tc.what, got.Verdicts[0], tc.keeps)
+		}
+		if !got.Verdicts[1].Delete {
+			t.Errorf("%s: a ConfigMap no live judgement kept is kept", tc.what)
+		}
+		if !p.Verdicts[0].Delete {
+			t.Fatal("Standing changed the plan it was given")
+		}
+	}
+	kept := Plan{Verdicts: []Verdict{{ConfigMap: &a, Reason: Current}}}
+	if got := Standing(kept, map[types.UID]LiveVerdict{a.UID: {ResourceVersion: "7", Reason: Mounted, At: t0}}, t0, time.Minute); got.Verdicts[0].Reason != Current {
+		t.Errorf("a kept verdict was rewritten: %+v", got.Verdicts[0])
+	}
+}

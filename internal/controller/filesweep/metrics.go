@@ -41,10 +41,16 @@ var keptCounts = struct {
 }{byNamespace: map[string]map[Reason]int{}}
 
 // reportKept records the counts of a namespace's pass and sets the gauge.
+// A namespace that keeps nothing (its last files ConfigMap gone, or the
+// namespace itself) is dropped, not held at zero: the map holds only the
+// namespaces with files ConfigMaps.
 func reportKept(namespace string, counts map[Reason]int) {
 	keptCounts.Lock()
 	defer keptCounts.Unlock()
 	keptCounts.byNamespace[namespace] = counts
+	if total(counts) == 0 {
+		delete(keptCounts.byNamespace, namespace)
+	}
 	for _, r := range Reasons {
 		total := 0
 		for _, c := range keptCounts.byNamespace {
@@ -52,4 +58,12 @@ func reportKept(namespace string, counts map[Reason]int) {
 		}
 		kept.WithLabelValues(string(r)).Set(float64(total))
 	}
+}
+
+func total(counts map[Reason]int) int {
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	return n
 }

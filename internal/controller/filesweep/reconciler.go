@@ -62,14 +62,18 @@ type Reconciler struct {
 
 	mu sync.Mutex
 	// seen holds, by ConfigMap UID, the resourceVersion last observed and
-	// since when. It starts empty, so after a start nothing is deleted
-	// before Grace has passed.
+	// since when, and the last judgement on the API server that kept it at
+	// that version. It starts empty, so after a start nothing is deleted
+	// before Grace has passed; an entry goes with its ConfigMap.
 	seen map[types.UID]seenVersion
 }
 
 type seenVersion struct {
 	namespace string
 	Version
+	// kept is the last judgement on the API server that kept the
+	// ConfigMap at this version; zero if none.
+	kept LiveVerdict
 }
 
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;delete
@@ -79,13 +83,15 @@ type seenVersion struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile runs one pass over req.Namespace: judge the candidates on the
-// cache; if that finds any to delete, judge again on the namespace's
-// templates, StatefulSets and pods read from the API server, and delete
-// what that judgement deletes, each with its UID and resourceVersion as
-// preconditions. A delete refused by a precondition, or of a ConfigMap
+// cache; if that finds any to delete that a judgement on the API server
+// did not keep within the last Interval (Standing), judge again on the
+// namespace's templates, StatefulSets and pods read from the API server,
+// and delete what that judgement deletes, each with its UID and
+// resourceVersion as preconditions. A delete refused by a precondition, or of a ConfigMap
 // already gone, is counted in lull_files_sweep_conflicts_total and is not
 // an error. The result asks for the next pass within Interval, sooner when
-// a ConfigMap stops settling.
+// a ConfigMap stops settling; a namespace with no files ConfigMap (or no
+// longer there) asks for none.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ns := req.Namespace
 	var cms corev1.ConfigMapList
@@ -95,10 +101,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	now := r.now()
 	if len(cms.Items) == 0 {
 		// Nothing to judge: skip the lists of every StatefulSet and pod
-		// (observe still forgets the namespace's ConfigMaps gone since).
+		// (observe still forgets the namespace's ConfigMaps gone since),
+		// and forget the namespace: no safety pass is asked for, as the
+		// event of a files ConfigMap created later enqueues it again.
 		r.observe(ns, nil, now)
 		reportKept(ns, Plan{}.Kept())
-		return ctrl.Result{RequeueAfter: r.next(Plan{}, now)}, nil
+		return ctrl.Result{}, nil
 	}
 	o := Observed{ConfigMaps: cms.Items, UnchangedSince: r.observe(ns, cms.Items, now), Now: now, Grace: r.grace()}
 
@@ -108,12 +116,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.list(ctx, r.Client, ns, &o); err != nil {
 		return ctrl.Result{}, err
 	}
-	plan := Decide(o)
+	plan := Standing(Decide(o), r.keptLive(ns), now, r.interval())
 	if len(plan.Deletes()) > 0 {
 		if err := r.list(ctx, r.reader(), ns, &o); err != nil {
 			return ctrl.Result{}, err
 		}
 		plan = Decide(o)
+		r.recordKept(plan, now)
 	}
 	reportKept(ns, plan.Kept())
 
@@ -203,13 +212,39 @@ func (r *Reconciler) observe(ns string, cms []corev1.ConfigMap, now time.Time) m
 	return out
 }
 
+// keptLive returns the standing judgements on the API server that kept
+// ConfigMaps of ns, by UID (see Standing).
+func (r *Reconciler) keptLive(ns string) map[types.UID]LiveVerdict {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[types.UID]LiveVerdict{}
+	for uid, s := range r.seen {
+		if s.namespace == ns && !s.kept.At.IsZero() {
+			out[uid] = s.kept
+		}
+	}
+	return out
+}
+
+// recordKept records the Keep verdicts of p, a judgement on the API
+// server made at now, on the ConfigMaps' observed versions.
+func (r *Reconciler) recordKept(p Plan, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, v := range p.Verdicts {
+		s, ok := r.seen[v.ConfigMap.UID]
+		if v.Delete || !ok || s.ResourceVersion != v.ConfigMap.ResourceVersion {
+			continue
+		}
+		s.kept = LiveVerdict{ResourceVersion: v.ConfigMap.ResourceVersion, Reason: v.Reason, At: now}
+		r.seen[v.ConfigMap.UID] = s
+	}
+}
+
 // next is how long until the next pass: Interval, or sooner when a
 // ConfigMap stops settling before that.
 func (r *Reconciler) next(p Plan, now time.Time) time.Duration {
-	wait := r.Interval
-	if wait <= 0 {
-		wait = DefaultInterval
-	}
+	wait := r.interval()
 	if !p.NextCheck.IsZero() {
 		// A little after: a pass at the exact instant would find it
 		// still settling.
@@ -218,6 +253,13 @@ func (r *Reconciler) next(p Plan, now time.Time) time.Duration {
 		}
 	}
 	return wait
+}
+
+func (r *Reconciler) interval() time.Duration {
+	if r.Interval <= 0 {
+		return DefaultInterval
+	}
+	return r.Interval
 }
 
 func (r *Reconciler) grace() time.Duration {

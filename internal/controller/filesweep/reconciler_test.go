@@ -8,10 +8,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/workqueue"
+	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -20,19 +19,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/dev/testenv"
 )
 
 // A namespace without files ConfigMaps is passed without reading its
 // StatefulSets and pods: with thousands of sessions those lists were half
 // the controller's CPU during a rollout.
 func TestPassWithoutCandidatesListsNothingElse(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := lullv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := testenv.Scheme()
 	listed := map[string]int{}
 	count := interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
 		switch list.(type) {
@@ -58,8 +52,8 @@ func TestPassWithoutCandidatesListsNothingElse(t *testing.T) {
 	if listed["configmaps"] != 1 || listed["statefulsets"] != 0 || listed["pods"] != 0 || listed["templates"] != 0 {
 		t.Errorf("lists = %v, want only the files ConfigMaps", listed)
 	}
-	if res.RequeueAfter != time.Minute {
-		t.Errorf("next pass after %s, want the safety pass's interval (1m)", res.RequeueAfter)
+	if res.RequeueAfter != 0 {
+		t.Errorf("next pass after %s, want none: a namespace without files ConfigMaps is forgotten", res.RequeueAfter)
 	}
 
 	// With a candidate, the pass reads what its judgement needs.
@@ -127,4 +121,99 @@ type recordingQueue struct {
 
 func (q *recordingQueue) AddAfter(r reconcile.Request, d time.Duration) {
 	q.added = append(q.added, added{r, d})
+}
+
+// The kept counts behind lull_files_configmaps_kept are held per
+// namespace; a namespace whose last files ConfigMap is gone (or that is
+// gone itself) is dropped, not held at zero for the life of the process.
+func TestKeptCountsForgetANamespaceWithoutFilesConfigMaps(t *testing.T) {
+	scheme := testenv.Scheme()
+	const ns = "kept-counts-forget"
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "t-files-x",
+		Labels: map[string]string{lullv1.LabelFiles: "x", lullv1.LabelTemplate: "t"}}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(cm).Build()
+	r := &Reconciler{Client: c}
+	pass := func() {
+		t.Helper()
+		if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := func() bool {
+		keptCounts.Lock()
+		defer keptCounts.Unlock()
+		_, ok := keptCounts.byNamespace[ns]
+		return ok
+	}
+	pass()
+	if !held() {
+		t.Fatal("precondition: the pass's counts of the namespace are held")
+	}
+	if err := c.Delete(context.Background(), cm); err != nil {
+		t.Fatal(err)
+	}
+	pass()
+	if held() {
+		t.Error("the counts of a namespace without files ConfigMaps are still held")
+	}
+}
+
+// A files ConfigMap that only a pod lull does not own mounts (so the cache,
+// which holds only lull's pods, finds nothing naming it) is kept by the
+// judgement on the API server. That judgement stands for Interval: the
+// passes in between (one a second while a rollout changes StatefulSets
+// and pods) do not list every template, StatefulSet and pod of the
+// namespace again. Once the pod is gone, the ConfigMap is swept within one
+// Interval more.
+func TestForeignReferenceIsJudgedLiveOncePerInterval(t *testing.T) {
+	scheme := testenv.Scheme()
+	old := template("t", "old")
+	cm := filesOf(old)
+	cm.ResourceVersion = ""
+	foreign := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "debug-copy"}, Spec: withVolume(cmVolume(cm.Name))}
+	// The cache holds the candidate and none of the pods; the API server
+	// holds the foreign pod too.
+	cache := fake.NewClientBuilder().WithScheme(scheme).WithObjects(cm.DeepCopy()).Build()
+	var liveLists int
+	live := fake.NewClientBuilder().WithScheme(scheme).WithObjects(cm.DeepCopy(), foreign).WithInterceptorFuncs(interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*corev1.PodList); ok {
+				liveLists++
+			}
+			return c.List(ctx, list, opts...)
+		}}).Build()
+	clock := clocktesting.NewFakePassiveClock(t0)
+	r := &Reconciler{Client: cache, APIReader: live, Clock: clock, Interval: time.Minute, Grace: time.Minute}
+	pass := func(at time.Time) {
+		t.Helper()
+		clock.SetTime(at)
+		if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exists := func() bool {
+		return cache.Get(context.Background(), client.ObjectKeyFromObject(&cm), &corev1.ConfigMap{}) == nil
+	}
+	pass(t0)                       // first seen: settling
+	pass(t0.Add(61 * time.Second)) // settled: the cache finds nothing naming it, the API server the pod
+	if liveLists != 1 || !exists() {
+		t.Fatalf("after the grace: %d live pod lists, ConfigMap kept %v; want 1 and kept (the foreign pod mounts it)", liveLists, exists())
+	}
+	for i := range 30 { // a rollout's passes, one a second
+		pass(t0.Add(62*time.Second + time.Duration(i)*time.Second))
+	}
+	if liveLists != 1 {
+		t.Errorf("%d live pod lists in 30 passes within the interval; want the one judgement standing", liveLists-1)
+	}
+	pass(t0.Add(122 * time.Second)) // an interval after the judgement: judged again
+	if liveLists != 2 || !exists() {
+		t.Errorf("an interval later: %d live pod lists, kept %v; want a second judgement, still kept", liveLists, exists())
+	}
+	if err := live.Delete(context.Background(), foreign); err != nil {
+		t.Fatal(err)
+	}
+	pass(t0.Add(183 * time.Second))
+	if exists() {
+		t.Error("the ConfigMap is still there an interval after the foreign pod that mounted it went")
+	}
 }

@@ -9,34 +9,35 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/lifecycle"
 	"lull.dev/lull/internal/rollout"
 )
 
-// execute carries out a; it returns the action as it was actually done (a
-// delete the API server answers 404 or 409 becomes a Wait) and whether it
-// wrote the session's status. Events are
-// recorded only after the step they describe succeeded.
-func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.Action) (rollout.Action, bool, error) {
+// execute carries out a, decided on o with the lifecycle judgement j; it
+// returns the action as it was actually done (a delete the API server
+// answers 404 or 409 becomes a Wait) and whether it wrote the session's
+// status. Events are recorded only after the step they describe succeeded.
+func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, j lifecycle.Judgement, a rollout.Action) (rollout.Action, bool, error) {
 	switch a.Kind {
 	case rollout.RequestDrain:
 		// The request is issued by the status write that follows; its
-		// Event is recorded once that write succeeded (see Reconcile).
+		// Event is recorded once that write succeeded (writeAndRecord).
 		return a, false, nil
 	case rollout.Commit:
-		if err := r.commit(ctx, o, a); err != nil {
+		if err := r.commit(ctx, o, j, a); err != nil {
 			return a, false, err
 		}
-		if o.Session.Spec.Suspend && a.Replacement != nil && a.Replacement.Reason == lullv1.ReplacementDrained {
-			// A suspension's drained pod is scaled away (Replicas is 0 from
-			// the commitment on), not deleted: a delete while the
-			// StatefulSet still wants one replica would only make it create
-			// a pod for nothing.
+		if o.Session.Spec.Suspend && a.Replacement != nil {
+			// A suspension's committed pod (drained, forced or failed) is
+			// scaled away (Replicas is 0 from the commitment on), not
+			// deleted: a delete while the StatefulSet still wants one
+			// replica would only make it create a pod for nothing, on
+			// whatever image its template holds.
 			a.Kind, a.Reason = rollout.Wait, lullv1.ReasonSuspending
 			return a, true, nil
 		}
@@ -75,28 +76,22 @@ func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, a rollout.
 // finishes committed replacements), and the runtime holds, until its pod is
 // gone.
 //
-// The commit is the step's status write: the lifecycle Events it causes (a
-// runtime that stopped reporting, a change of phase) are recorded with it.
-func (r *Reconciler) commit(ctx context.Context, o rollout.Observed, a rollout.Action) error {
-	s := o.Session
-	next := rollout.NextStatus(o, a)
-	notReporting := conditionReason(next.Conditions, lullv1.ConditionActive) == lullv1.ReasonRuntimeNotReporting &&
-		!hasConditionReason(s, lullv1.ConditionActive, lullv1.ReasonRuntimeNotReporting)
-	phaseBefore := s.Status.Phase
-	// Measured before the write, which refreshes s from the response.
+// The commit is the step's status write: the Events it causes (a runtime
+// that stopped reporting, a change of phase, a forced suspension) are
+// recorded with it (rollout.Events).
+func (r *Reconciler) commit(ctx context.Context, o rollout.Observed, j lifecycle.Judgement, a rollout.Action) error {
+	// Measured before the write, which refreshes o.Session from the response.
 	observe := committedDrain(o, a)
-	if err := r.writeStatus(ctx, s, next, a.Reason); err != nil {
+	if err := r.writeAndRecord(ctx, o, rollout.NextStatus(o, j, a), a); err != nil {
 		return err
 	}
 	observe()
-	r.recordLifecycle(s, o.Pod, phaseBefore, next, a, notReporting)
 	return nil
 }
 
 // deletePod deletes the pod named by a with a UID precondition. A 404 or
 // 409 is a no-op.
 func (r *Reconciler) deletePod(ctx context.Context, o rollout.Observed, a rollout.Action) (rollout.Action, error) {
-	s := o.Session
 	err := r.Client.Delete(ctx, o.Pod, client.Preconditions{UID: &a.PodUID})
 	switch {
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
@@ -109,33 +104,21 @@ func (r *Reconciler) deletePod(ctx context.Context, o rollout.Observed, a rollou
 	observeDeleted(o, a, r.now())
 	r.deleted.add(string(a.PodUID), r.now())
 	log.FromContext(ctx).Info("deleted pod", "pod", o.Pod.Name, "uid", a.PodUID, "reason", a.Reason)
-	eventType, note := corev1.EventTypeNormal, a.Message
-	switch a.Reason {
-	case lullv1.ReasonForced:
-		eventType, note = corev1.EventTypeWarning, a.Message+forcedBy(s)
-	case lullv1.ReasonReplaced, lullv1.ReasonDrainDeadlineExceeded:
-		// Turns may have been cut short: say so where operators look.
-		eventType = corev1.EventTypeWarning
-	}
-	r.Recorder.Eventf(s, related(o.Pod), eventType, a.Reason, "DeletePod", note)
+	r.recordStep(o, a)
 	return a, nil
 }
 
-// forcedBy says who set the force annotation (the field manager that owns
-// it) and why (the reason annotation), for the Event that records a forced
-// replacement.
-func forcedBy(s *lullv1.Session) string {
-	who := "unknown"
+// forceUpdateManager returns the field manager that set the session's
+// lull.dev/force-update annotation (the last managed-fields entry that owns
+// it), "" when none does: rollout.Observed.ForcedBy.
+func forceUpdateManager(s *lullv1.Session) string {
+	who := ""
 	for _, mf := range s.ManagedFields {
 		if mf.FieldsV1 != nil && containsField(mf.FieldsV1.Raw, lullv1.AnnotationForceUpdate) {
 			who = mf.Manager
 		}
 	}
-	why := s.Annotations[lullv1.AnnotationForceUpdateReason]
-	if why == "" {
-		why = "none given"
-	}
-	return fmt.Sprintf(" (set by %s; reason: %s)", who, why)
+	return who
 }
 
 func containsField(raw []byte, annotation string) bool {

@@ -14,8 +14,8 @@ import (
 // entry except the ones the controller reads: the entries that own
 // status.runtime (ReportWrittenAt: the API server's time of the runtime's
 // last report) and the ones that own the lull.dev/force-update annotation
-// (forcedBy: who forced a replacement). The controller's own status entry
-// and the user's spec entry, the larger ones, go. The controller writes
+// (forceUpdateManager: who forced a replacement). The controller's own
+// status entry and the user's spec entry, the larger ones, go. The controller writes
 // Sessions with patches only, never an update of a cached object, so
 // nothing stripped is written back.
 func StripSessionForCache(in any) (any, error) {

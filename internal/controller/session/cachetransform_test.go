@@ -10,9 +10,10 @@ import (
 	lullv1 "lull.dev/lull/api/v1alpha1"
 )
 
-// The cached Session keeps the entries ReportWrittenAt and forcedBy read,
-// and nothing else of its managed fields or kubectl's last-applied
-// annotation; what the controller reads from it is unchanged.
+// The cached Session keeps the entries ReportWrittenAt and
+// forceUpdateManager read, and nothing else of its managed fields or
+// kubectl's last-applied annotation; what the controller reads from it is
+// unchanged.
 func TestStripSessionForCache(t *testing.T) {
 	at := func(sec int) *metav1.Time {
 		v := metav1.NewTime(time.Date(2026, 11, 30, 12, 0, sec, 0, time.UTC))
@@ -30,7 +31,7 @@ func TestStripSessionForCache(t *testing.T) {
 			entry("alice", `{"f:metadata":{"f:annotations":{"f:`+lullv1.AnnotationForceUpdate+`":{}}}}`, at(2)),
 			{Manager: "no-fields"},
 		}}}
-	wantWritten, wantForced := ReportWrittenAt(s), forcedBy(s)
+	wantWritten, wantForced := ReportWrittenAt(s), forceUpdateManager(s)
 
 	out, err := StripSessionForCache(s.DeepCopy())
 	if err != nil {
@@ -47,8 +48,8 @@ func TestStripSessionForCache(t *testing.T) {
 	if w := ReportWrittenAt(got); !w.Equal(wantWritten) || w.IsZero() {
 		t.Errorf("ReportWrittenAt = %v, want %v", w, wantWritten)
 	}
-	if f := forcedBy(got); f != wantForced {
-		t.Errorf("forcedBy = %q, want %q", f, wantForced)
+	if f := forceUpdateManager(got); f != wantForced {
+		t.Errorf("forceUpdateManager = %q, want %q", f, wantForced)
 	}
 	if _, ok := got.Annotations[corev1.LastAppliedConfigAnnotation]; ok || got.Annotations["keep"] != "me" || got.Annotations[lullv1.AnnotationForceUpdate] != "true" {
 		t.Errorf("annotations = %v, want all but %s", got.Annotations, corev1.LastAppliedConfigAnnotation)

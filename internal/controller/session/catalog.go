@@ -6,6 +6,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,23 +15,8 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/catalog"
+	"lull.dev/lull/internal/render"
 )
-
-// +kubebuilder:rbac:groups=lull.dev,resources=runtimecatalogs,verbs=get;list;watch
-
-// ReadCatalog returns RuntimeCatalog "default" from c (the manager's
-// cache), or nil when there is none: then every image is allowed.
-func ReadCatalog(ctx context.Context, c client.Reader) (*lullv1.RuntimeCatalog, error) {
-	cat := &lullv1.RuntimeCatalog{}
-	err := c.Get(ctx, client.ObjectKey{Name: lullv1.RuntimeCatalogName}, cat)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("read RuntimeCatalog %q: %w", lullv1.RuntimeCatalogName, err)
-	}
-	return cat, nil
-}
 
 // ImageGate is what the catalog lets the session reconciler do with a
 // session's StatefulSet. The zero value lets it render as usual.
@@ -93,7 +79,13 @@ func GateImage(cat *lullv1.RuntimeCatalog, t *lullv1.SessionTemplate, sts *appsv
 // runtimeImage is the image of the runtime container of a StatefulSet's
 // pod template; "" when it has none.
 func runtimeImage(sts *appsv1.StatefulSet) string {
-	for _, c := range sts.Spec.Template.Spec.Containers {
+	return containerImage(sts.Spec.Template.Spec.Containers)
+}
+
+// containerImage is the image of the runtime container among cs; "" when
+// there is none.
+func containerImage(cs []corev1.Container) string {
+	for _, c := range cs {
 		if c.Name == lullv1.RuntimeContainerName {
 			return c.Image
 		}
@@ -104,7 +96,7 @@ func runtimeImage(sts *appsv1.StatefulSet) string {
 // gateImage reads the catalog and the session's StatefulSet from the
 // cache and decides with GateImage.
 func (r *Reconciler) gateImage(ctx context.Context, s *lullv1.Session, t *lullv1.SessionTemplate, replicas int32) (ImageGate, error) {
-	cat, err := ReadCatalog(ctx, r.Client)
+	cat, err := catalog.Read(ctx, r.Client)
 	if err != nil {
 		return ImageGate{}, err
 	}
@@ -120,20 +112,148 @@ func (r *Reconciler) gateImage(ctx context.Context, s *lullv1.Session, t *lullv1
 	return GateImage(cat, t, sts, replicas), nil
 }
 
-// holdStatefulSet leaves the session's StatefulSet's pod template as it is
-// and sets only its replicas (a suspension still scales it to zero).
-func holdStatefulSet(ctx context.Context, c client.Client, s *lullv1.Session, replicas int32) (*appsv1.StatefulSet, error) {
+// hold keeps the session's StatefulSet during a catalog hold (ImageGate
+// Hold). lull's own spec (writtenBy) keeps its pod template and follows
+// the rollout's replicas only (holdStatefulSet). One another writer
+// changed is restored first, as every reconcile restores it
+// (ensureStatefulSet: the drift is returned for a DriftCorrected Event,
+// restores are spaced, errRestoreDeferred), to lull's own last write,
+// which heldTemplate finds among the image the StatefulSet holds and the
+// one the session's pod (nil: none) was created with. When neither
+// renders lull's last write, it returns errHeldForeign: no step is taken
+// on that spec.
+func (r *Reconciler) hold(ctx context.Context, s *lullv1.Session, t *lullv1.SessionTemplate, pod *corev1.Pod, replicas int32, decidedOn string, now time.Time) (*appsv1.StatefulSet, string, error) {
 	sts := &appsv1.StatefulSet{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: s.Name}, sts); err != nil {
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(s), sts); err != nil {
+		return nil, "", err
+	}
+	edit, _ := writtenBy(sts)
+	if edit == "" {
+		sts, err := holdStatefulSet(ctx, r.Client, r.reader(), s, replicas, decidedOn)
+		return sts, "", err
+	}
+	images := []string{runtimeImage(sts)}
+	if pod != nil {
+		images = append(images, containerImage(pod.Spec.Containers))
+	}
+	held := heldTemplate(s, t, sts, images)
+	if held == nil {
+		return nil, "", errHeldForeign{name: sts.Name, edit: edit}
+	}
+	return ensureStatefulSet(ctx, r.Client, r.reader(), s, held, replicas, decidedOn, now, &r.restores)
+}
+
+// heldTemplate returns t with its runtime container's image set to the
+// first of images ("" skipped) whose rendering of s carries the spec-hash
+// of lull's own last write of sts, as its lull.dev/spec-written record
+// names it (at either replica count: a hold's scaling keeps the spec-hash
+// it found). That is the template of lull's last write when the
+// SessionTemplate has changed only its runtime image since, the change
+// the catalog holds back. nil when none is: sts has no record, or the
+// template changed more than its image, and lull cannot tell its own
+// spec.
+func heldTemplate(s *lullv1.Session, t *lullv1.SessionTemplate, sts *appsv1.StatefulSet, images []string) *lullv1.SessionTemplate {
+	_, want, _, ok := parseSpecWritten(sts.Annotations[lullv1.AnnotationSpecWritten])
+	if !ok || t.RuntimeContainer() == nil {
+		return nil
+	}
+	for _, image := range images {
+		if image == "" {
+			continue
+		}
+		held := t.DeepCopy()
+		held.RuntimeContainer().Image = image
+		for _, replicas := range []int32{1, 0} {
+			if r, err := render.StatefulSet(s, held, replicas); err == nil && r.Annotations[render.AnnotationSpecHash] == want {
+				return held
+			}
+		}
+	}
+	return nil
+}
+
+// errHeldForeign is a StatefulSet held by the catalog that another
+// writer changed (edit) in a way lull cannot undo: no image at hand
+// renders lull's own last write of it (heldTemplate).
+type errHeldForeign struct{ name, edit string }
+
+func (e errHeldForeign) Error() string {
+	return fmt.Sprintf("StatefulSet %s: %s, and lull cannot restore its own spec while the catalog holds the session, as no image it can see renders it; no step is taken on that spec until the catalog lists the template's image or the StatefulSet is deleted, to be created anew", e.name, e.edit)
+}
+
+// imageRefused says why the catalog (nil: none) refuses the runtime image
+// of sts's pod template ("StatefulSet <name> runs <image>: <why>"), for
+// rollout.Observed.ImageRefused; "" when it allows it.
+func imageRefused(cat *lullv1.RuntimeCatalog, sts *appsv1.StatefulSet) string {
+	image := runtimeImage(sts)
+	if ok, why := catalog.Allowed(cat, sts.Namespace, image); !ok {
+		return fmt.Sprintf("StatefulSet %s runs %s: %s", sts.Name, image, why)
+	}
+	return ""
+}
+
+// holdStatefulSet leaves the session's StatefulSet's pod template as it is
+// and sets only its replicas (a suspension still scales it to zero). A
+// scale-down lands only on decidedOn, the version the reconcile read
+// before deciding (see ensureStatefulSet). A change of replicas is a
+// change of the spec, which moves the generation: over lull's own spec
+// (writtenBy) the write records the generation it produces (claimed low,
+// then corrected from the response: recordSpecWritten), and lands
+// only on the copy it was computed against (lockedPatch); over another
+// writer's it records nothing, and the StatefulSet stays another
+// writer's. A resume (the cache shows zero replicas) is judged on the
+// API server's copy, read through live, and the catalog there
+// (confirmWrite: a 409 when it refuses the image the copy holds), and
+// lands only on that copy.
+func holdStatefulSet(ctx context.Context, c client.Client, live client.Reader, s *lullv1.Session, replicas int32, decidedOn string) (*appsv1.StatefulSet, error) {
+	sts := &appsv1.StatefulSet{}
+	key := client.ObjectKey{Namespace: s.Namespace, Name: s.Name}
+	if err := c.Get(ctx, key, sts); err != nil {
 		return nil, err
 	}
-	if ptr.Deref(sts.Spec.Replicas, 1) == replicas {
+	have := ptr.Deref(sts.Spec.Replicas, 1)
+	if have == replicas {
 		return sts, nil
 	}
+	resume := raisesFromZero(sts, replicas)
+	if resume {
+		if err := live.Get(ctx, key, sts); err != nil {
+			return nil, err
+		}
+		scaled := sts.DeepCopy()
+		scaled.Spec.Replicas = &replicas
+		if err := confirmWrite(ctx, live, sts, scaled); err != nil {
+			return nil, err
+		}
+		if have = ptr.Deref(sts.Spec.Replicas, 1); have == replicas {
+			return sts, nil
+		}
+	}
+	own, _ := writtenBy(sts)
 	patch := client.MergeFrom(sts.DeepCopy())
+	var err error
+	switch {
+	case replicas < have:
+		patch, err = lockedPatch(sts, "StatefulSet", decidedOn)
+	case own == "" || resume:
+		patch, err = lockedPatch(sts, "StatefulSet", sts.ResourceVersion)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if own == "" {
+		// The lowest generation the write can produce (specWrittenClaim);
+		// the response corrects it.
+		sts.Annotations[lullv1.AnnotationSpecWritten] = formatSpecWritten(sts.Generation, sts.Annotations[render.AnnotationSpecHash], sts.UID)
+	}
 	sts.Spec.Replicas = &replicas
-	if err := c.Patch(ctx, sts, patch, client.FieldOwner(FieldManager)); err != nil {
+	if err := c.Patch(ctx, sts, patch, client.FieldOwner(lullv1.FieldManagerController)); err != nil {
 		return nil, fmt.Errorf("scale StatefulSet %s: %w", sts.Name, err)
+	}
+	if own == "" {
+		if err := recordSpecWritten(ctx, c, sts); err != nil {
+			return nil, err
+		}
 	}
 	return sts, nil
 }

@@ -210,3 +210,18 @@ func TestDrainDurations(t *testing.T) {
 		t.Errorf("ReportTime = %v, want the API server's write time %v", ReportTime(s, written), written)
 	}
 }
+
+// The drain histograms hold a series per template; a template that goes
+// takes its series with it, and leaves every other template's.
+func TestDrainHistogramsForgetATemplateThatGoes(t *testing.T) {
+	requestToDrained.WithLabelValues("forget-ns", "gone", string(lullv1.DrainReasonUpdate)).Observe(3)
+	drainedToDelete.WithLabelValues("forget-ns", "gone").Observe(1)
+	drainedToDelete.WithLabelValues("forget-ns", "kept").Observe(1)
+	ForgetTemplateMetrics("forget-ns", "gone")
+	if requestToDrained.DeleteLabelValues("forget-ns", "gone", string(lullv1.DrainReasonUpdate)) || drainedToDelete.DeleteLabelValues("forget-ns", "gone") {
+		t.Error("a series of the deleted template is still held")
+	}
+	if !drainedToDelete.DeleteLabelValues("forget-ns", "kept") {
+		t.Error("the series of another template of the namespace was deleted")
+	}
+}

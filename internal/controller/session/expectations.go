@@ -3,6 +3,8 @@ package session
 import (
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // expectationTTL bounds how long a remembered write shadows the cache: long
@@ -39,29 +41,32 @@ func (e *expectations) has(key string, now time.Time) bool {
 }
 
 // passingStates remembers, per session, the passing state it is in and since
-// when. The zero value is ready to use.
+// when. A session's entry is dropped when the Session is gone (forget), and
+// a Session of another UID that takes the name does not inherit it. The
+// zero value is ready to use.
 type passingStates struct {
 	mu     sync.Mutex
 	states map[string]passingState
 }
 
 type passingState struct {
+	uid   types.UID
 	state string
 	since time.Time
 }
 
-// since returns when the session entered state, recording now if it has
-// just entered it.
-func (p *passingStates) since(session, state string, now time.Time) time.Time {
+// since returns when the session (its key, and its UID) entered state,
+// recording now if it has just entered it.
+func (p *passingStates) since(session string, uid types.UID, state string, now time.Time) time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.states == nil {
 		p.states = map[string]passingState{}
 	}
-	if cur, ok := p.states[session]; ok && cur.state == state {
+	if cur, ok := p.states[session]; ok && cur.uid == uid && cur.state == state {
 		return cur.since
 	}
-	p.states[session] = passingState{state: state, since: now}
+	p.states[session] = passingState{uid: uid, state: state, since: now}
 	return now
 }
 

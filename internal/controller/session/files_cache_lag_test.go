@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/render/rendertest"
 )
 
 // A StatefulSet write must make the StatefulSet name the template's current
@@ -46,9 +47,9 @@ func TestStatefulSetNamesCurrentFilesWhenTheCacheLagsOwnWrite(t *testing.T) {
 		sts.OwnerReferences = []metav1.OwnerReference{{APIVersion: lullv1.GroupVersion.String(), Kind: "Session", Name: s.Name, UID: s.UID, Controller: ptrTo(true)}}
 		return sts
 	}
-	tA := filesTemplate(text("config.yaml", "a"))
-	tB := filesTemplate(text("config.yaml", "b"))
-	tA2 := filesTemplate(text("config.yaml", "a"))
+	tA := rendertest.FilesTemplate(rendertest.Text("config.yaml", "a"))
+	tB := rendertest.FilesTemplate(rendertest.Text("config.yaml", "b"))
+	tA2 := rendertest.FilesTemplate(rendertest.Text("config.yaml", "a"))
 	tA2.Spec.Template.Spec.Containers[0].Image = "example.com/agent:3"
 	renderSet := func(tmpl *lullv1.SessionTemplate) *appsv1.StatefulSet {
 		t.Helper()
@@ -85,7 +86,7 @@ func TestStatefulSetNamesCurrentFilesWhenTheCacheLagsOwnWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if _, err := ensureStatefulSet(ctx, c, liveReader{c: c, live: &readLive}, s, tA2, 1, now); err != nil {
+	if _, _, err := ensureStatefulSet(ctx, c, liveReader{c: c, live: &readLive}, s, tA2, 1, "", now, &restoreStreaks{}); err != nil {
 		t.Fatal(err)
 	}
 	readLive.Store(true)

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/files"
 )
 
 // A template whose files ConfigMap does not exist (the template controller
@@ -80,7 +81,7 @@ func TestSessionWaitsForTheTemplatesFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := CreateFiles(ctx, w.c, w.c, desired); err != nil {
+	if _, err := files.Create(ctx, w.c, w.c, desired); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.reconcile(); err != nil {

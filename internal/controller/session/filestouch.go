@@ -51,7 +51,7 @@ func touchFiles(ctx context.Context, c client.Client, t *lullv1.SessionTemplate,
 		return err
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: t.Namespace, Name: name}}
-	err = c.Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldManager))
+	err = c.Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(lullv1.FieldManagerController))
 	if !apierrors.IsNotFound(err) {
 		if err != nil {
 			return fmt.Errorf("mark ConfigMap %s referenced: %w", name, err)

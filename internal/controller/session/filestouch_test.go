@@ -14,32 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/render/rendertest"
 )
-
-func TestConfigMapFilesHashIsFilesHash(t *testing.T) {
-	for _, items := range [][]lullv1.FileItem{
-		{text("config.yaml", "model: big\n"), bin("key.der", []byte{0xff, 0, 0xfe})},
-		{bin("b", []byte{}), text("a", "")},
-		{text("ab", "c")},
-	} {
-		tmpl := filesTemplate(items...)
-		cm, err := render.FilesConfigMap(tmpl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, want := render.ConfigMapFilesHash(cm), render.FilesHash(tmpl.Spec.Files); got != want {
-			t.Errorf("%v: the ConfigMap hashes to %s, the template's files to %s", items, got, want)
-		}
-	}
-	// Text and binary of the same bytes differ, in the ConfigMap as in the
-	// template.
-	cm, _ := render.FilesConfigMap(filesTemplate(text("a", "x")))
-	cm.BinaryData = map[string][]byte{"a": []byte("x")}
-	cm.Data = nil
-	if render.ConfigMapFilesHash(cm) == render.FilesHash(filesTemplate(text("a", "x")).Spec.Files) {
-		t.Error("binaryData hashed as data")
-	}
-}
 
 // touchFiles marks the files ConfigMap referenced before a StatefulSet is
 // pointed at it, creates it again when it is gone, and writes nothing when
@@ -47,7 +23,7 @@ func TestConfigMapFilesHashIsFilesHash(t *testing.T) {
 func TestTouchFiles(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	tmpl := filesTemplate(text("config.yaml", "a"))
+	tmpl := rendertest.FilesTemplate(rendertest.Text("config.yaml", "a"))
 	cm, err := render.FilesConfigMap(tmpl)
 	if err != nil {
 		t.Fatal(err)
@@ -123,11 +99,11 @@ func TestTouchFiles(t *testing.T) {
 	})
 	t.Run("no files: nothing written", func(t *testing.T) {
 		c := filesClient(t, interceptor.Funcs{})
-		plain, err := render.StatefulSet(&lullv1.Session{}, agentTemplate(), 1)
+		plain, err := render.StatefulSet(&lullv1.Session{}, rendertest.AgentTemplate(), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := touchFiles(ctx, c, agentTemplate(), plain, &appsv1.StatefulSet{}, now); err != nil {
+		if err := touchFiles(ctx, c, rendertest.AgentTemplate(), plain, &appsv1.StatefulSet{}, now); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -7,16 +7,15 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/dev/testenv"
 	"lull.dev/lull/internal/render"
 )
 
@@ -88,13 +87,7 @@ func testRebound(t *testing.T, labelled bool) {
 			return c.Delete(ctx, o, opts...)
 		},
 	}
-	sch := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(sch); err != nil {
-		t.Fatal(err)
-	}
-	if err := lullv1.AddToScheme(sch); err != nil {
-		t.Fatal(err)
-	}
+	sch := testenv.Scheme()
 	base := withSessionIndex(fake.NewClientBuilder(), sch).WithScheme(sch).WithObjects(widened).Build()
 	live := interceptor.NewClient(base, funcs)
 	// The manager's cache holds only objects labelled lull.dev/session.
@@ -111,7 +104,7 @@ func testRebound(t *testing.T, labelled bool) {
 	// A reconcile may need a second pass (the first deletes); two are
 	// plenty.
 	for range 2 {
-		_ = ensureIdentity(ctx, c, live, s)
+		_, _ = ensureIdentity(ctx, c, live, s, restoring{})
 	}
 	got := &rbacv1.RoleBinding{}
 	if err := c.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: widened.Name}, got); err != nil {

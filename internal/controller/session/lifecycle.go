@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -68,7 +66,7 @@ func (r *Reconciler) suspendIdle(ctx context.Context, o rollout.Observed, a roll
 	if err != nil {
 		return a, false, err
 	}
-	if err := r.Client.Patch(ctx, s, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
+	if err := r.Client.Patch(ctx, s, client.RawPatch(types.MergePatchType, body), client.FieldOwner(lullv1.FieldManagerController)); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return rollout.Action{Kind: rollout.Wait, Reason: a.Reason, Drain: a.Drain, Replacement: a.Replacement, RequeueAfter: time.Second}, true, nil
 		}
@@ -80,7 +78,7 @@ func (r *Reconciler) suspendIdle(ctx context.Context, o rollout.Observed, a roll
 	}
 	culls.WithLabelValues(string(lullv1.IdleSuspend)).Inc()
 	log.FromContext(ctx).Info("suspended idle session", "request", a.Drain.RequestID)
-	r.Recorder.Eventf(s, related(o.Pod), corev1.EventTypeNormal, "IdleSuspend", "Cull", a.Message)
+	r.recordStep(o, a)
 	return a, true, nil
 }
 
@@ -101,41 +99,6 @@ func (r *Reconciler) deleteIdle(ctx context.Context, o rollout.Observed, a rollo
 	}
 	culls.WithLabelValues(string(lullv1.IdleDelete)).Inc()
 	log.FromContext(ctx).Info("deleted idle session", "uid", uid, "resourceVersion", rv)
-	r.Recorder.Eventf(s, related(o.Pod), corev1.EventTypeNormal, "IdleDelete", "Cull", a.Message)
+	r.recordStep(o, a)
 	return a, true, nil
-}
-
-// recordLifecycle records the Events of a status write that moved the
-// session's lifecycle: one per suspension and per resume (the phase
-// changing to or from Suspended, which only one compare-and-swap write can
-// do), a withdrawn idle drain, a lifetime restart requested, and a runtime
-// that stopped reporting.
-func (r *Reconciler) recordLifecycle(s *lullv1.Session, pod *corev1.Pod, before lullv1.SessionPhase, next lullv1.SessionStatus, a rollout.Action, notReporting bool) {
-	switch {
-	case before != lullv1.SessionSuspended && next.Phase == lullv1.SessionSuspended:
-		r.Recorder.Eventf(s, nil, corev1.EventTypeNormal, "Suspended", "Suspend", "session suspended: its pod is gone, its claims (if any) kept; `lull resume %s` resumes it", s.Name)
-	case before == lullv1.SessionSuspended && next.Phase != lullv1.SessionSuspended:
-		r.Recorder.Eventf(s, nil, corev1.EventTypeNormal, "Resumed", "Resume", "session resumed: a new pod starts on the update revision; its idle clock starts from the new pod's first report")
-	}
-	switch a.Reason {
-	case lullv1.ReasonIdleCullWithdrawn:
-		r.Recorder.Eventf(s, related(pod), corev1.EventTypeNormal, a.Reason, "Cull", a.Message)
-	case lullv1.ReasonLifetime:
-		if a.Kind == rollout.RequestDrain {
-			culls.WithLabelValues(string(lullv1.DrainReasonLifetime)).Inc()
-		}
-	}
-	if notReporting {
-		c := conditionMessage(next.Conditions, lullv1.ConditionActive)
-		r.Recorder.Eventf(s, related(pod), corev1.EventTypeWarning, lullv1.ReasonRuntimeNotReporting, "Report", c)
-	}
-}
-
-func conditionMessage(conditions []metav1.Condition, typ string) string {
-	for _, c := range conditions {
-		if c.Type == typ {
-			return c.Message
-		}
-	}
-	return ""
 }

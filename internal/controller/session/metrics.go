@@ -67,6 +67,16 @@ var (
 	}, []string{"namespace", "template"})
 )
 
+// ForgetTemplateMetrics deletes the series of the drain histograms
+// (lull_drain_request_to_drained_seconds, lull_drain_drained_to_delete_seconds)
+// of the template namespace/name, which is gone: each template's series
+// would otherwise stay in memory, and exported, for the life of the process.
+func ForgetTemplateMetrics(namespace, name string) {
+	l := prometheus.Labels{"namespace": namespace, "template": name}
+	requestToDrained.DeletePartialMatch(l)
+	drainedToDelete.DeletePartialMatch(l)
+}
+
 func init() {
 	metrics.Registry.MustRegister(statusWrites, actions, expiredTurns, culls, forcedReplacements, orphansReaped, requestToDrained, drainedToDelete)
 	// Every reason is exported from the start, at 0: a counter that first

@@ -6,7 +6,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
@@ -114,56 +113,41 @@ func NewlyDrained(old, cur *lullv1.Session) bool {
 }
 
 // decisionInputsChanged passes the Session updates that can change what the
-// Session reconciler decides or writes, and drops the rest: a runtime's
-// report rewritten with nothing new in it (only status.runtime.reportedAt,
-// and with it the resourceVersion and the time of the runtime's
-// managed-fields entry, moved).
+// Session reconciler decides or writes, and drops the rest: an update that
+// moved only the resourceVersion and managed fields, not the time of the
+// runtime's write of status.runtime (ReportWrittenAt).
 //
-// What the reconciler reads of a Session, and why a refresh changes none
-// of it:
-//   - metadata: name, namespace, UID, generation, resourceVersion (the
-//     precondition of its writes, always taken from the cache at the
-//     reconcile, so never from the event), deletionTimestamp, labels and
-//     annotations (force-update and its reason, keep-alive,
-//     idle-suspended), the managed-fields entry owning the force-update
-//     annotation (for an Event's text): compared, except resourceVersion
-//     and managedFields;
-//   - spec (templateRef, suspend, env, labels): compared;
-//   - the controller's own status (drain, replacement, drain sequence,
-//     revisions, lifecycle, conditions, failure bookkeeping): compared, so
-//     every status write of the controller still passes (the next step
-//     reads it: a commitment scales a suspended pod away, for one);
-//   - status.runtime: podUID, requestID, state, activeTurns, lastActivity,
-//     expiredTurns, refreshSeconds: compared; reportedAt: ignored. The
-//     lifecycle reads reportedAt only with the time of the runtime's
-//     managed-fields entry (ReportWrittenAt), to shift lastActivity onto
-//     the API server's clock; a rewrite with the same lastActivity moves
-//     that shifted time only by the change of clock skew between the two
-//     writes. A report is never judged by its age (runtimes write only
-//     what changed; docs/protocol.md). A rewrite while the controller's
-//     Active condition says RuntimeNotReporting passes all the same.
+// A write that moves only status.runtime.reportedAt passes: it is a
+// runtime's start re-asserting its report (the SDK and lull agent write a
+// report only when it changed, and write it on every start), and its
+// write time is what tells a live restarted runtime from the run that
+// crashed (rollout.PodFailure) and what renews the start record
+// (rollout.RecordStart), which must be written at once while the kubelet
+// still shows the back-off. Dropping it as a rewrite left that evidence in
+// status.runtime alone, where the next write to status.runtime erases it.
+// It costs a reconcile per runtime start (and per retry of a write whose
+// success the runtime did not see), a status write only when the record
+// must be renewed: once per restart whose report beats the kubelet. An
+// older runtime that rewrites its report periodically costs a reconcile
+// per rewrite, without a status write.
 //
-// The filter does not rely on a runtime rewriting its report periodically:
-// it drops only rewrites, and passes every change. Updates whose
-// resourceVersion did not move (resyncs) pass, as before.
+// Updates whose resourceVersion did not move (resyncs) pass, as before.
 var decisionInputsChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 	old, okOld := e.ObjectOld.(*lullv1.Session)
 	cur, okNew := e.ObjectNew.(*lullv1.Session)
 	if !okOld || !okNew {
 		return true
 	}
-	return !ReportRewriteOnly(old, cur)
+	return !DecisionInputsSame(old, cur)
 }}
 
-// ReportRewriteOnly reports whether the update from old to cur is a runtime
-// rewriting its report with nothing the reconciler decides on changed (see
-// decisionInputsChanged): same resourceVersion is not one (a resync), nor is
-// a rewrite of a report the controller judged stale.
-func ReportRewriteOnly(old, cur *lullv1.Session) bool {
-	if old.ResourceVersion == cur.ResourceVersion || old.Status.Runtime == nil || cur.Status.Runtime == nil {
-		return false
-	}
-	if c := meta.FindStatusCondition(old.Status.Conditions, lullv1.ConditionActive); c != nil && c.Reason == lullv1.ReasonRuntimeNotReporting {
+// DecisionInputsSame reports whether the update from old to cur moved
+// nothing the reconciler reads (see decisionInputsChanged): the whole
+// Session but its resourceVersion and managed fields, and of the managed
+// fields the time of the runtime's write. Same resourceVersion is not such
+// an update (a resync).
+func DecisionInputsSame(old, cur *lullv1.Session) bool {
+	if old.ResourceVersion == cur.ResourceVersion || !ReportWrittenAt(old).Equal(ReportWrittenAt(cur)) {
 		return false
 	}
 	return equality.Semantic.DeepEqual(decisionView(old), decisionView(cur))
@@ -174,7 +158,6 @@ func decisionView(s *lullv1.Session) *lullv1.Session {
 	v := s.DeepCopy()
 	v.ResourceVersion = ""
 	v.ManagedFields = nil
-	v.Status.Runtime.ReportedAt = nil
 	return v
 }
 

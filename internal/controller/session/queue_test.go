@@ -89,7 +89,7 @@ func TestNewlyDrained(t *testing.T) {
 	}
 }
 
-func TestReportRewriteOnly(t *testing.T) {
+func TestDecisionInputsSame(t *testing.T) {
 	later := metav1.NewTime(time.Date(2026, 11, 30, 12, 0, 30, 0, time.UTC))
 	rewrite := func(mut func(s *lullv1.Session)) *lullv1.Session {
 		s := draining("2", lullv1.RuntimeDraining)
@@ -105,7 +105,12 @@ func TestReportRewriteOnly(t *testing.T) {
 		old, cur *lullv1.Session
 		want     bool
 	}{
-		{"only reportedAt and the entry's time moved", draining("1", lullv1.RuntimeDraining), rewrite(nil), true},
+		{"only reportedAt and the entry's time moved: a runtime's start re-asserts its report", draining("1", lullv1.RuntimeDraining), rewrite(nil), false},
+		{"only the managed fields moved", draining("1", lullv1.RuntimeDraining), func() *lullv1.Session {
+			s := draining("2", lullv1.RuntimeDraining)
+			s.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Time: &later}}
+			return s
+		}(), true},
 		{"resync: resourceVersion unchanged", draining("1", lullv1.RuntimeDraining), draining("1", lullv1.RuntimeDraining), false},
 		{"state changed", draining("1", lullv1.RuntimeDraining), rewrite(func(s *lullv1.Session) { s.Status.Runtime.State = lullv1.RuntimeDrained }), false},
 		{"a turn began", draining("1", lullv1.RuntimeDraining), rewrite(func(s *lullv1.Session) { s.Status.Runtime.ActiveTurns = 1 }), false},
@@ -129,8 +134,8 @@ func TestReportRewriteOnly(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := ReportRewriteOnly(c.old, c.cur); got != c.want {
-				t.Errorf("ReportRewriteOnly = %v, want %v", got, c.want)
+			if got := DecisionInputsSame(c.old, c.cur); got != c.want {
+				t.Errorf("DecisionInputsSame = %v, want %v", got, c.want)
 			}
 			if got := decisionInputsChanged.Update(event.UpdateEvent{ObjectOld: c.old, ObjectNew: c.cur}); got == c.want {
 				t.Errorf("decisionInputsChanged passes = %v, want %v", got, !c.want)
@@ -249,5 +254,24 @@ func TestReplicaCountsOnly(t *testing.T) {
 				t.Errorf("statefulSetInputsChanged passes = %v, want %v", got, !c.want)
 			}
 		})
+	}
+}
+
+// The record of which drain request was given DrainedPriority goes with
+// its Session: a deleted session's entry is dropped, so the map holds the
+// sessions that exist, not every session that ever drained.
+func TestSessionEventsForgetADeletedSession(t *testing.T) {
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	h := &sessionEvents{}
+	ctx := context.Background()
+	old, cur := draining("1", lullv1.RuntimeDraining), draining("2", lullv1.RuntimeDrained)
+	h.Update(ctx, event.UpdateEvent{ObjectOld: old, ObjectNew: cur}, q)
+	if len(h.prioritized) != 1 {
+		t.Fatalf("precondition: %d drained sessions recorded, want 1", len(h.prioritized))
+	}
+	h.Delete(ctx, event.DeleteEvent{Object: cur}, q)
+	if len(h.prioritized) != 0 {
+		t.Errorf("%d drained sessions still recorded after the Session was deleted", len(h.prioritized))
 	}
 }

@@ -18,13 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/controller/orphan"
+	"lull.dev/lull/internal/index"
+	"lull.dev/lull/internal/orphan"
 )
-
-// IndexSessionLabel indexes the objects lull makes for a session (and their
-// pods and claims) by the value of their lull.dev/session label, so the
-// reaper finds a name's objects without scanning the namespace.
-const IndexSessionLabel = "metadata.labels." + lullv1.LabelSession
 
 // sessionKinds are the kinds labelled lull.dev/session that the reaper
 // judges, as the lists it reads them with.
@@ -40,7 +36,7 @@ func sessionKinds() []client.ObjectList {
 func (r *Reconciler) labelled(ctx context.Context, key types.NamespacedName) ([]client.Object, error) {
 	var out []client.Object
 	for _, list := range sessionKinds() {
-		if err := r.Client.List(ctx, list, client.InNamespace(key.Namespace), client.MatchingFields{IndexSessionLabel: key.Name}); err != nil {
+		if err := r.Client.List(ctx, list, client.InNamespace(key.Namespace), client.MatchingFields{index.SessionLabel: key.Name}); err != nil {
 			return nil, err
 		}
 		items, err := meta.ExtractList(list)
@@ -224,7 +220,7 @@ func (r *Reconciler) restoreOwner(ctx context.Context, cur *lullv1.Session, f or
 	if err := controllerutil.SetControllerReference(cur, obj, r.Client.Scheme()); err != nil {
 		return err
 	}
-	if err := r.Client.Patch(ctx, obj, patch, client.FieldOwner(FieldManager)); err != nil {
+	if err := r.Client.Patch(ctx, obj, patch, client.FieldOwner(lullv1.FieldManagerController)); err != nil {
 		return fmt.Errorf("restore the owner reference of %s %s: %w", f.Kind, obj.GetName(), err)
 	}
 	log.FromContext(ctx).Info("restored owner reference", "kind", f.Kind, "name", obj.GetName())

@@ -6,11 +6,9 @@ package session
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	"lull.dev/lull/internal/render"
-
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -24,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/lifecycle"
 	"lull.dev/lull/internal/rollout"
 )
 
@@ -46,6 +43,10 @@ type Reconciler struct {
 	passing passingStates
 	// reused remembers the retained claims whose reuse was announced.
 	reused reuseAnnouncements
+	// restores remembers when lull last restored a session's StatefulSet
+	// after another writer changed it, to space the restores of one that
+	// writer keeps changing back.
+	restores restoreStreaks
 }
 
 // +kubebuilder:rbac:groups=lull.dev,resources=sessions,verbs=get;list;watch;patch;delete
@@ -58,7 +59,8 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;list
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;list;watch
+// +kubebuilder:rbac:groups="",resources=resourcequotas,verbs=get;list;watch
 
 // Reconcile reconciles one session (reconcileSession) and queues the
 // look-again it asks for at the default priority (lookAgain).
@@ -91,142 +93,6 @@ func lookAgain(result ctrl.Result, err error) ctrl.Result {
 // version of the session: the step is computed again, at the priority it
 // had.
 var retryStep = ctrl.Result{RequeueAfter: conflictRetry}
-
-// reconcileSession runs the phases for one session: orphans, template, identity,
-// files, the catalog's gate on the runtime image, StatefulSet, Service,
-// rollout step, status. A name whose Session no longer exists has its
-// orphans reaped (see reapOrphans).
-func (r *Reconciler) reconcileSession(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	s := &lullv1.Session{}
-	if err := r.Client.Get(ctx, req.NamespacedName, s); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, err
-		}
-		r.passing.forget(req.String())
-		r.reused.forget(req.NamespacedName)
-		// What a Session deleted with --cascade=orphan left behind: the
-		// watches enqueue its name for every object labelled with it.
-		_, err := r.reapOrphans(ctx, req.NamespacedName, nil)
-		return ctrl.Result{}, err
-	}
-	if s.DeletionTimestamp != nil {
-		return ctrl.Result{}, nil // owner references let the garbage collector remove the rest
-	}
-	// Before anything is rendered: a StatefulSet created while a
-	// predecessor's pod of its name is left would adopt that pod (its
-	// runtime, workspace and user).
-	reaped, err := r.reapOrphans(ctx, req.NamespacedName, s)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if len(reaped.left) > 0 && !reaped.ownStatefulSet {
-		return r.blockedWith(ctx, s, nil, lullv1.ReasonPredecessorTerminating, waitMessage(reaped.left))
-	}
-
-	t := &lullv1.SessionTemplate{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.TemplateRef.Name}, t); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, err
-		}
-		return r.blocked(ctx, s, lullv1.ReasonTemplateNotFound,
-			fmt.Sprintf("SessionTemplate %q not found in namespace %s; create it or fix spec.templateRef.name", s.Spec.TemplateRef.Name, s.Namespace))
-	}
-
-	if err := ensureIdentity(ctx, r.Client, r.reader(), s); err != nil {
-		return r.renderFailed(ctx, s, err)
-	}
-	pod, err := r.pod(ctx, s)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	o := rollout.Observed{Now: r.now(), Session: s, Policy: rollout.EffectivePolicy(t, render.TemplateRevision(t)), Pod: pod, Admitted: rollout.Admitted(t.Status.Wave, s),
-		Lifecycle: lifecycle.PolicyFor(t, s), ReportWrittenAt: ReportWrittenAt(s)}
-	if o.PendingClaims, err = pendingClaims(ctx, r.reader(), s, t, pod); err != nil {
-		return ctrl.Result{}, err
-	}
-	// Before the StatefulSet: its pod template must never name a files
-	// ConfigMap that does not exist. The template controller creates it.
-	if err := filesReady(ctx, r.Client, r.reader(), t); err != nil {
-		return r.waitForFiles(ctx, req.NamespacedName, s, err)
-	}
-	gate, err := r.gateImage(ctx, s, t, rollout.Replicas(o))
-	switch {
-	case err != nil:
-		return ctrl.Result{}, err
-	case gate.Block:
-		return r.blocked(ctx, s, lullv1.ReasonImageNotAllowed, gate.Message)
-	case gate.Hold:
-		o.StatefulSet, err = holdStatefulSet(ctx, r.Client, s, rollout.Replicas(o))
-	default:
-		o.StatefulSet, err = ensureStatefulSet(ctx, r.Client, r.reader(), s, t, rollout.Replicas(o), o.Now)
-	}
-	if err != nil {
-		return r.waitForFiles(ctx, req.NamespacedName, s, err) // touchFiles may find it swept
-	}
-	// After the StatefulSet: a template it refuses (at render or on the API
-	// server) leaves the Service routing to the running pod as it was.
-	if err := ensureService(ctx, r.Client, r.reader(), s, t); err != nil {
-		return r.renderFailed(ctx, s, err)
-	}
-	a := rollout.Decide(o)
-	a, committed, err := r.execute(ctx, o, a)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	result := ctrl.Result{RequeueAfter: a.RequeueAfter}
-	if next := rollout.Judge(o).NextCheck; !next.IsZero() {
-		// The clock alone changes the judgement then: a cull or a
-		// lifetime deadline comes, a pod's grace for its first report ends.
-		if wait := next.Sub(o.Now) + time.Second/10; result.RequeueAfter == 0 || wait < result.RequeueAfter {
-			result.RequeueAfter = wait
-		}
-	}
-	if committed {
-		return result, nil // the commit was this step's status write
-	}
-	if wait := r.settle(req.NamespacedName, o, a); wait > 0 {
-		// A passing state: look again once it has lasted SettleDelay.
-		if result.RequeueAfter == 0 || wait < result.RequeueAfter {
-			result.RequeueAfter = wait
-		}
-		return result, nil
-	}
-	next := rollout.NextStatus(o, a)
-	if gate.Hold {
-		holdConditions(&next.Conditions, s.Generation, gate.Message, o.Now)
-	}
-	// Judged before the write: the patch refreshes s from the response.
-	updated := meta.IsStatusConditionTrue(next.Conditions, lullv1.ConditionUpToDate) &&
-		!meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionUpToDate) && s.Status.UpdateRevision != "" &&
-		s.Status.Phase != lullv1.SessionSuspended && // a resume has its own Event
-		s.Status.CurrentRevision != next.CurrentRevision // a suspension taken back before its pod went updated nothing
-	stuck := (a.Reason == lullv1.ReasonPodStuckTerminating || a.Reason == lullv1.ReasonDrainOverdue) && !hasConditionReason(s, lullv1.ConditionUpToDate, a.Reason)
-	notReporting := conditionReason(next.Conditions, lullv1.ConditionActive) == lullv1.ReasonRuntimeNotReporting &&
-		!hasConditionReason(s, lullv1.ConditionActive, lullv1.ReasonRuntimeNotReporting)
-	phaseBefore := s.Status.Phase
-	if err := r.writeStatus(ctx, s, next, a.Reason); apierrors.IsConflict(err) {
-		// The status was computed from a version the API server has
-		// moved past (the runtime reported, the spec changed, the cache is
-		// behind): the compare-and-swap refused it, as it should. Compute
-		// it again from the newer version; this is not an error.
-		log.FromContext(ctx).V(1).Info("session changed since it was read; reconciling again", "resourceVersion", s.ResourceVersion)
-		return retryStep, nil
-	} else if err != nil {
-		return ctrl.Result{}, err
-	}
-	r.recordLifecycle(s, o.Pod, phaseBefore, next, a, notReporting)
-	switch {
-	case a.Kind == rollout.RequestDrain:
-		actions.WithLabelValues(string(a.Kind), a.Reason).Inc()
-		log.FromContext(ctx).Info("requested drain", "pod", o.Pod.Name, "request", a.Drain.RequestID, "reason", a.Drain.Reason)
-		r.Recorder.Eventf(s, related(o.Pod), corev1.EventTypeNormal, a.Reason, "RequestDrain", a.Message)
-	case updated:
-		r.Recorder.Eventf(s, related(o.Pod), corev1.EventTypeNormal, "Updated", "Rollout", a.Message)
-	case stuck:
-		r.Recorder.Eventf(s, related(o.Pod), corev1.EventTypeWarning, a.Reason, "Rollout", a.Message)
-	}
-	return result, nil
-}
 
 func hasConditionReason(s *lullv1.Session, typ, reason string) bool {
 	return conditionReason(s.Status.Conditions, typ) == reason
@@ -276,12 +142,28 @@ func (r *Reconciler) settle(key types.NamespacedName, o rollout.Observed, a roll
 		// its failure bookkeeping) before the delete.
 		return SettleDelay
 	}
-	if a.Kind != rollout.Wait || !rollout.Passing(o, a) {
+	if a.Kind != rollout.Wait || !rollout.Passing(o, a) || rollout.RecordStart(o) {
+		// A start seen only in the runtime's report is recorded at once,
+		// passing state or not: the report can be overwritten.
 		r.passing.forget(key.String())
 		return 0
 	}
-	since := r.passing.since(key.String(), a.Reason, o.Now)
+	since := r.passing.since(key.String(), o.Session.UID, a.Reason, o.Now)
 	return since.Add(settleDelay(o)).Sub(o.Now)
+}
+
+// recordDrift records a Warning Event (DriftCorrected) on s for each
+// drift lull undid on one of its objects (ensure's descriptions; "" is
+// none), and logs it.
+func (r *Reconciler) recordDrift(ctx context.Context, s *lullv1.Session, drifts ...string) {
+	for _, d := range drifts {
+		if d == "" {
+			continue
+		}
+		log.FromContext(ctx).Info("restored an object another writer changed", "drift", d)
+		r.Recorder.Eventf(s, nil, corev1.EventTypeWarning, lullv1.ReasonDriftCorrected, "Render",
+			"%s; restored as lull renders it (edit the SessionTemplate or the Session instead)", d)
+	}
 }
 
 // related returns the pod as an Event's related object; a nil *Pod must not
@@ -306,6 +188,19 @@ func (r *Reconciler) now() time.Time {
 		return time.Now()
 	}
 	return r.Clock.Now()
+}
+
+// statefulSetVersion is the resourceVersion of the session's StatefulSet
+// in the cache; "" when there is none.
+func (r *Reconciler) statefulSetVersion(ctx context.Context, s *lullv1.Session) (string, error) {
+	sts := &appsv1.StatefulSet{}
+	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: s.Name}, sts); {
+	case apierrors.IsNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", err
+	}
+	return sts.ResourceVersion, nil
 }
 
 // pod returns the session's pod (ordinal 0 of its StatefulSet), or nil.

@@ -15,10 +15,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -28,6 +26,7 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/drain"
+	"lull.dev/lull/internal/dev/testenv"
 )
 
 var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
@@ -67,6 +66,9 @@ func newWorld(t *testing.T, funcs interceptor.Funcs, edit func(s *lullv1.Session
 	}
 	sts.OwnerReferences = []metav1.OwnerReference{{APIVersion: lullv1.GroupVersion.String(), Kind: "Session", Name: s.Name, UID: s.UID, Controller: ptrTo(true)}}
 	sts.UID = "sts-1"
+	// As lull's create left it: the API server's first generation, recorded.
+	sts.Generation = 1
+	sts.Annotations[lullv1.AnnotationSpecWritten] = formatSpecWritten(1, sts.Annotations[render.AnnotationSpecHash], sts.UID)
 	sts.Status = appsv1.StatefulSetStatus{UpdateRevision: "alice-new"}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice-0", UID: w.podUID,
@@ -101,13 +103,7 @@ func newWorld(t *testing.T, funcs interceptor.Funcs, edit func(s *lullv1.Session
 		}
 		return c.Delete(ctx, o, opts...)
 	}
-	sch := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(sch); err != nil {
-		t.Fatal(err)
-	}
-	if err := lullv1.AddToScheme(sch); err != nil {
-		t.Fatal(err)
-	}
+	sch := testenv.Scheme()
 	base := withSessionIndex(fake.NewClientBuilder(), sch).WithScheme(sch).
 		WithObjects(tmpl, s, sts, pod).
 		WithStatusSubresource(&lullv1.Session{}, &lullv1.SessionTemplate{}, &appsv1.StatefulSet{}).
@@ -424,18 +420,6 @@ func TestBlockedSessionIsRetried(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
-
-func TestNextRetry(t *testing.T) {
-	// Tries at +5s, +15s, +35s, +75s, +155s, +315s, then every 5 minutes.
-	for _, tc := range []struct{ elapsed, want time.Duration }{
-		{0, 5 * time.Second}, {4 * time.Second, 5 * time.Second}, {5 * time.Second, 15 * time.Second},
-		{16 * time.Second, 35 * time.Second}, {315 * time.Second, 615 * time.Second}, {616 * time.Second, 915 * time.Second},
-	} {
-		if got := NextRetry(t0, t0.Add(tc.elapsed)).Sub(t0); got != tc.want {
-			t.Errorf("NextRetry after %s = +%s, want +%s", tc.elapsed, got, tc.want)
-		}
-	}
-}
 
 func TestExpiredDelta(t *testing.T) {
 	r := func(pod types.UID, n int64) *lullv1.RuntimeReport {

@@ -25,11 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/index"
 )
-
-// IndexTemplateName indexes Sessions by spec.templateRef.name, so a template
-// change finds its sessions in the cache.
-const IndexTemplateName = "spec.templateRef.name"
 
 // Options tune the Session controller.
 type Options struct {
@@ -41,13 +38,18 @@ type Options struct {
 // SetupWithManager registers the reconciler and its watches: Sessions
 // (spec and the runtime's reports), the objects it renders with the session
 // pods and claims (by their lull.dev/session label, indexed by it as
-// IndexSessionLabel), SessionTemplates (every session of a template whose
+// index.SessionLabel), SessionTemplates (every session of a template whose
 // spec changed is re-rendered at once), the RuntimeCatalog, and the
-// templates' files ConfigMaps (by their lull.dev/template label).
+// templates' files ConfigMaps (by their lull.dev/template label), the
+// StatefulSet controller's FailedCreate Events (FailedCreateEvents) and
+// ResourceQuotas. The indexes of index.AddDefaultIndexes must be registered
+// on mgr first: a template's change finds its sessions through
+// index.SessionTemplateName.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &lullv1.Session{}, IndexTemplateName, func(o client.Object) []string {
-		return []string{o.(*lullv1.Session).Spec.TemplateRef.Name}
-	}); err != nil {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &lullv1.Session{}, IndexQuotaRefused, quotaRefused); err != nil {
+		return err
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Event{}, IndexInvolvedUID, involvedUID); err != nil {
 		return err
 	}
 	for _, list := range sessionKinds() {
@@ -55,7 +57,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		if err != nil {
 			return err
 		}
-		if err := mgr.GetFieldIndexer().IndexField(context.Background(), obj, IndexSessionLabel, sessionLabelValue); err != nil {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), obj, index.SessionLabel, index.SessionLabelOf); err != nil {
 			return err
 		}
 	}
@@ -66,8 +68,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("session").
 		// Not For(): a Drained report goes ahead in the queue
-		// (sessionEvents), and a report rewritten with nothing new is not
-		// reconciled (decisionInputsChanged).
+		// (sessionEvents), and an update that moved nothing the reconciler
+		// reads is not reconciled (decisionInputsChanged).
 		Watches(&lullv1.Session{}, &sessionEvents{}, builder.WithPredicates(countExpiredTurns, decisionInputsChanged)).
 		// By label, not by owner reference: an object whose owner
 		// reference is gone (a Session deleted with --cascade=orphan,
@@ -96,6 +98,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		// releases the sessions waiting for it (FilesNotReady). The cache
 		// holds only ConfigMaps labelled lull.dev/files.
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.filesToSessions), builder.WithPredicates(filesCreated)).
+		// The StatefulSet controller's refusals of a session's pod (the
+		// cache holds only FailedCreate Events on StatefulSets), and the
+		// quota changes that may end them.
+		Watches(&corev1.Event{}, handler.EnqueueRequestsFromMapFunc(r.eventToSession)).
+		Watches(&corev1.ResourceQuota{}, handler.EnqueueRequestsFromMapFunc(r.quotaToSessions)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles, LogConstructor: sessionLog(mgr.GetLogger())}).
 		Complete(r)
 }
@@ -158,14 +165,6 @@ func apiutilGVK(list client.ObjectList, sch *runtime.Scheme) (schema.GroupVersio
 	return gvk, err
 }
 
-// sessionLabelValue is IndexSessionLabel's value for o.
-func sessionLabelValue(o client.Object) []string {
-	if name, ok := o.GetLabels()[lullv1.LabelSession]; ok {
-		return []string{name}
-	}
-	return nil
-}
-
 func sessionOfLabel(_ context.Context, o client.Object) []reconcile.Request {
 	name, ok := o.GetLabels()[lullv1.LabelSession]
 	if !ok {
@@ -199,7 +198,7 @@ func (r *Reconciler) filesToSessions(ctx context.Context, o client.Object) []rec
 func (r *Reconciler) templateToSessions(ctx context.Context, o client.Object) []reconcile.Request {
 	var list lullv1.SessionList
 	// Only names are read: no deep copies.
-	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{IndexTemplateName: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{index.SessionTemplateName: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
 	reqs := make([]reconcile.Request, 0, len(list.Items))

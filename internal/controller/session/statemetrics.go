@@ -31,9 +31,9 @@ func LifecycleState(s *lullv1.Session) string {
 		return "Draining"
 	}
 	switch conditionReason(s.Status.Conditions, lullv1.ConditionActive) {
-	case "TurnsInFlight":
+	case lullv1.ReasonTurnsInFlight:
 		return "Active"
-	case "Idle":
+	case lullv1.ReasonIdle:
 		return "Idle"
 	case lullv1.ReasonRuntimeNotReporting:
 		return "NotReporting"

@@ -4,15 +4,17 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/dev/testenv"
 	"lull.dev/lull/internal/render"
+	"lull.dev/lull/internal/rollout"
 )
 
 // The fleet gauges, as a scrape exports them from the cache: sessions by
@@ -57,10 +59,7 @@ func TestFleetGauges(t *testing.T) {
 			s.Status = lullv1.SessionStatus{Phase: lullv1.SessionDraining, TemplateRevision: "r1", Drain: &lullv1.DrainRequest{RequestID: "y", Reason: lullv1.DrainReasonManual}}
 		}),
 	}
-	sch := runtime.NewScheme()
-	if err := lullv1.AddToScheme(sch); err != nil {
-		t.Fatal(err)
-	}
+	sch := testenv.Scheme()
 	b := fake.NewClientBuilder().WithScheme(sch).WithObjects(agent, quiet)
 	for _, s := range objs {
 		b = b.WithObjects(s)
@@ -104,5 +103,43 @@ lull_template_sessions_stale{namespace="other",template="quiet"} 0
 `, sessionsHelp, rev, drainsHelp, currentHelp, staleHelp)
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Error(err)
+	}
+}
+
+// The lifecycle state of lull_sessions is read from the Active condition
+// rollout.NextStatus writes: both ends name the same reasons, so a session
+// whose runtime reports turns counts as Active, one reporting none as Idle
+// (with or without a refresh bound), one whose ready pod has no report of
+// its own past the grace as NotReporting, and one whose pod has not yet
+// had the time to report as Unknown.
+func TestLifecycleStateReadsTheActiveReasonNextStatusWrites(t *testing.T) {
+	const podUID = "pod-1"
+	for _, tc := range []struct {
+		name       string
+		readyFor   time.Duration
+		report     *lullv1.RuntimeReport
+		wantState  string
+		wantReason string
+	}{
+		{"turns in flight", time.Minute, &lullv1.RuntimeReport{PodUID: podUID, State: lullv1.RuntimeServing, ActiveTurns: 2, RefreshSeconds: 30}, "Active", lullv1.ReasonTurnsInFlight},
+		{"no turn", time.Minute, &lullv1.RuntimeReport{PodUID: podUID, State: lullv1.RuntimeServing, RefreshSeconds: 30}, "Idle", lullv1.ReasonIdle},
+		{"no turn, no refresh bound", time.Minute, &lullv1.RuntimeReport{PodUID: podUID, State: lullv1.RuntimeServing}, "Idle", lullv1.ReasonIdle},
+		{"no report of its own past the grace", time.Minute, &lullv1.RuntimeReport{PodUID: "earlier-pod", State: lullv1.RuntimeServing}, "NotReporting", lullv1.ReasonRuntimeNotReporting},
+		{"no report yet", time.Second, nil, "Unknown", lullv1.ReasonNoReport},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice-0", UID: podUID},
+				Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{
+					{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0.Add(-tc.readyFor))}}}}
+			s := &lullv1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice"}, Status: lullv1.SessionStatus{Runtime: tc.report}}
+			o := rollout.Observed{Now: t0, Session: s, Pod: pod}
+			s.Status = rollout.NextStatus(o, rollout.Judge(o), rollout.Action{Kind: rollout.Wait, Reason: lullv1.ReasonUpToDate})
+			if got := conditionReason(s.Status.Conditions, lullv1.ConditionActive); got != tc.wantReason {
+				t.Fatalf("Active reason = %q, want %q", got, tc.wantReason)
+			}
+			if got := LifecycleState(s); got != tc.wantState {
+				t.Errorf("LifecycleState = %q, want %q", got, tc.wantState)
+			}
+		})
 	}
 }

@@ -13,17 +13,23 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/rollout"
 )
 
 // controllerStatus is the part of SessionStatus the controller owns, shaped
 // as a JSON merge patch (RFC 7386): every field is present, so a cleared
 // field is written as null or zero, and status.runtime is absent, so the
 // runtime's report is never overwritten, whatever the cache held.
+// status.revokedAdmission is absent too: the template controller writes
+// it, and a revoked wave place stays revoked.
 type controllerStatus struct {
 	ObservedGeneration        int64               `json:"observedGeneration"`
 	Phase                     lullv1.SessionPhase `json:"phase"`
 	PodName                   string              `json:"podName"`
 	PodUID                    types.UID           `json:"podUID"`
+	StartedPodUID             types.UID           `json:"startedPodUID"`
+	StartedReportTime         *metav1.Time        `json:"startedReportTime"`
+	StartedRunTime            *metav1.Time        `json:"startedRunTime"`
 	CurrentRevision           string              `json:"currentRevision"`
 	UpdateRevision            string              `json:"updateRevision"`
 	TemplateRevision          string              `json:"templateRevision"`
@@ -39,7 +45,8 @@ type controllerStatus struct {
 func ownedPart(st lullv1.SessionStatus) controllerStatus {
 	return controllerStatus{
 		ObservedGeneration: st.ObservedGeneration, Phase: st.Phase,
-		PodName: st.PodName, PodUID: st.PodUID,
+		PodName: st.PodName, PodUID: st.PodUID, StartedPodUID: st.StartedPodUID, StartedReportTime: st.StartedReportTime,
+		StartedRunTime:  st.StartedRunTime,
 		CurrentRevision: st.CurrentRevision, UpdateRevision: st.UpdateRevision, TemplateRevision: st.TemplateRevision,
 		Conditions: st.Conditions, Drain: wholeObject(st.Drain), DrainSequence: st.DrainSequence,
 		Replacement:        wholeObject(st.Replacement),
@@ -101,11 +108,38 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *lullv1.Session, next lu
 		return err
 	}
 	statusWrites.WithLabelValues(reason).Inc()
-	if err := r.Client.Status().Patch(ctx, s, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager)); err != nil {
+	if err := r.Client.Status().Patch(ctx, s, client.RawPatch(types.MergePatchType, body), client.FieldOwner(lullv1.FieldManagerController)); err != nil {
 		return fmt.Errorf("patch status of session %s: %w", s.Name, err)
 	}
 	return nil
 }
 
-// FieldManager is the field manager of every write the controller makes.
-const FieldManager = "lull-controller"
+// writeAndRecord writes next, the status after step a of the session
+// observed in o (writeStatus), and once that write has succeeded records
+// the Events that follow it (rollout.Events); a refused write records
+// none. The Events are judged before the write, which refreshes o.Session
+// from the API server's response.
+func (r *Reconciler) writeAndRecord(ctx context.Context, o rollout.Observed, next lullv1.SessionStatus, a rollout.Action) error {
+	events := rollout.Events(o, next, a)
+	if err := r.writeStatus(ctx, o.Session, next, a.Reason); err != nil {
+		return err
+	}
+	r.record(o.Session, events...)
+	return nil
+}
+
+// recordStep records the Event of step a of the session observed in o,
+// carried out by a write other than a status write (rollout.StepEvent),
+// once that write has succeeded.
+func (r *Reconciler) recordStep(o rollout.Observed, a rollout.Action) {
+	if e, ok := rollout.StepEvent(o, a); ok {
+		r.record(o.Session, e)
+	}
+}
+
+// record records events on s.
+func (r *Reconciler) record(s *lullv1.Session, events ...rollout.Event) {
+	for _, e := range events {
+		r.Recorder.Eventf(s, related(e.Related), e.Type, e.Reason, e.Action, "%s", e.Note)
+	}
+}

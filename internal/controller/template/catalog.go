@@ -16,8 +16,8 @@ import (
 // catalog (nil: there is none): True with reason NoCatalog or InCatalog,
 // or False with reason ImageNotAllowed and a message naming the image, the
 // namespace, the catalog and the fix. While it is False the rollout admits
-// no session (NextStatus), and the session controller creates no pod from
-// the image (session.GateImage).
+// no session (rollout.NextTemplateStatus), and the session controller
+// creates no pod from the image (its GateImage).
 func ImageCondition(t *lullv1.SessionTemplate, cat *lullv1.RuntimeCatalog) metav1.Condition {
 	c := metav1.Condition{Type: lullv1.ConditionImageAllowed, Status: metav1.ConditionTrue, Reason: lullv1.ReasonNoCatalog, ObservedGeneration: t.Generation}
 	image := ""

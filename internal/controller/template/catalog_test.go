@@ -11,6 +11,7 @@ import (
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/catalog/catalogtest"
+	"lull.dev/lull/internal/rollout"
 )
 
 func catalogTemplate(image string) *lullv1.SessionTemplate {
@@ -66,14 +67,14 @@ func TestNextStatusAdmitsNobodyWhileImageNotAllowed(t *testing.T) {
 
 	allowed := tmpl.DeepCopy()
 	meta.SetStatusCondition(&allowed.Status.Conditions, ImageCondition(tmpl, nil))
-	if st, _ := NextStatus(allowed, sessions, now, 30*time.Second, true); len(st.Wave) != 1 {
+	if st, _ := rollout.NextTemplateStatus(allowed, sessions, now, 30*time.Second, true); len(st.Wave) != 1 {
 		t.Fatalf("image allowed: wave %v, want one admitted", st.Wave)
 	}
 
 	refused := tmpl.DeepCopy()
 	meta.SetStatusCondition(&refused.Status.Conditions, ImageCondition(tmpl, catalogtest.Catalog()))
 	refused.Status.Wave = []lullv1.WaveEntry{{Session: "a", Sequence: 1, AdmittedAt: metav1.NewTime(now)}}
-	st, _ := NextStatus(refused, sessions, now, 30*time.Second, true)
+	st, _ := rollout.NextTemplateStatus(refused, sessions, now, 30*time.Second, true)
 	if len(st.Wave) != 1 || st.Wave[0].Session != "a" {
 		t.Errorf("image not allowed: wave %v, want only the session already admitted", st.Wave)
 	}

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/controller/session"
+	"lull.dev/lull/internal/files"
 )
 
 // The backoff of a refused files ConfigMap create: FilesRetryAfter.
@@ -43,7 +43,7 @@ func FilesRetryAfter(n int) time.Duration {
 }
 
 // FilesCondition is the template's FilesReady condition after a try to make
-// the ConfigMap name of its files exist: err is CreateFiles' answer (or the
+// the ConfigMap name of its files exist: err is files.Create's answer (or the
 // renderer's, wrapped in filesInvalid), created whether that try created
 // it, retryAt when the next try is due after a refusal, prev the condition
 // the template has now (nil if none). err must not be transient (see
@@ -54,15 +54,15 @@ func FilesRetryAfter(n int) time.Duration {
 // Present (and cost a status write) on its next reconcile.
 func FilesCondition(t *lullv1.SessionTemplate, name string, created bool, err error, retryAt time.Time, prev *metav1.Condition) metav1.Condition {
 	c := metav1.Condition{Type: lullv1.ConditionFilesReady, Status: metav1.ConditionFalse, ObservedGeneration: t.Generation}
-	var conflict session.FilesConflict
+	var conflict files.Conflict
 	var invalid filesInvalid
 	next := retryAt.UTC().Format(time.RFC3339)
 	switch {
 	case err == nil:
-		c.Status, c.Reason = metav1.ConditionTrue, lullv1.ReasonFilesPresent
+		c.Status, c.Reason = metav1.ConditionTrue, lullv1.ReasonPresent
 		c.Message = fmt.Sprintf("ConfigMap %s holds spec.files", name)
 		if created {
-			c.Reason = lullv1.ReasonFilesCreated
+			c.Reason = lullv1.ReasonCreated
 		} else if prev != nil && prev.Status == metav1.ConditionTrue && prev.Message == c.Message {
 			c.Reason = prev.Reason
 		}
@@ -85,7 +85,7 @@ func FilesCondition(t *lullv1.SessionTemplate, name string, created bool, err er
 // to the workqueue, whose rate limiter retries it, and changes no
 // condition.
 func transient(err error) bool {
-	var conflict session.FilesConflict
+	var conflict files.Conflict
 	return err != nil && !refused(err) && !errors.As(err, &conflict)
 }
 
@@ -126,13 +126,23 @@ func (e filesInvalid) Error() string { return e.err.Error() }
 // filesBackoff remembers, per template, the files ConfigMap it last tried:
 // after a refusal, how many times in a row, when to try again and the
 // condition that try produced; after a success, whether this controller
-// created it. The zero value is ready to use.
+// created it. A template's entry is dropped with the template (forget),
+// and a template of another UID that takes its name starts afresh. The
+// zero value is ready to use.
 type filesBackoff struct {
 	mu    sync.Mutex
 	tries map[types.NamespacedName]filesTry
 }
 
+// filesKey names a template: its key, and its UID.
+type filesKey struct {
+	types.NamespacedName
+	uid types.UID
+}
+
 type filesTry struct {
+	// uid is the UID of the template tried.
+	uid      types.UID
 	name     string
 	failures int
 	next     time.Time
@@ -145,25 +155,34 @@ type filesTry struct {
 
 // pending returns the last refused try of the ConfigMap name, when its
 // next try is still ahead of now.
-func (b *filesBackoff) pending(key types.NamespacedName, name string, now time.Time) (filesTry, bool) {
+func (b *filesBackoff) pending(key filesKey, name string, now time.Time) (filesTry, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	tr, ok := b.tries[key]
-	return tr, ok && tr.name == name && now.Before(tr.next)
+	tr := b.try(key)
+	return tr, tr.name == name && now.Before(tr.next)
+}
+
+// try returns the last try of the template key, the zero try if there is
+// none (or it was of another template of that name). b.mu is held.
+func (b *filesBackoff) try(key filesKey) filesTry {
+	if tr, ok := b.tries[key.NamespacedName]; ok && tr.uid == key.uid {
+		return tr
+	}
+	return filesTry{uid: key.uid}
 }
 
 // failed records a refused try of the ConfigMap name at now and returns
 // when the next one is due. A try of another name (spec.files changed)
 // starts the count again.
-func (b *filesBackoff) failed(key types.NamespacedName, name string, now time.Time) time.Time {
+func (b *filesBackoff) failed(key filesKey, name string, now time.Time) time.Time {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.tries == nil {
 		b.tries = map[types.NamespacedName]filesTry{}
 	}
-	tr := b.tries[key]
+	tr := b.try(key)
 	if tr.name != name {
-		tr = filesTry{name: name}
+		tr = filesTry{uid: key.uid, name: name}
 	}
 	tr.created = false
 	tr.failures++
@@ -175,18 +194,18 @@ func (b *filesBackoff) failed(key types.NamespacedName, name string, now time.Ti
 		tr.woken = false
 		tr.next = now.Add(filesFirstRetry)
 	}
-	b.tries[key] = tr
+	b.tries[key.NamespacedName] = tr
 	return tr.next
 }
 
 // remember keeps the condition of the last refused try, for the reconciles
 // that come before its retry.
-func (b *filesBackoff) remember(key types.NamespacedName, c metav1.Condition) {
+func (b *filesBackoff) remember(key filesKey, c metav1.Condition) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if tr, ok := b.tries[key]; ok {
+	if tr, ok := b.tries[key.NamespacedName]; ok && tr.uid == key.uid {
 		tr.cond = c
-		b.tries[key] = tr
+		b.tries[key.NamespacedName] = tr
 	}
 }
 
@@ -194,15 +213,15 @@ func (b *filesBackoff) remember(key types.NamespacedName, c metav1.Condition) {
 // it, created by this call or not, and reports whether this controller
 // created it: a status write that did not land (the write budget, a
 // conflict) must not turn Created into Present on the next reconcile.
-func (b *filesBackoff) succeeded(key types.NamespacedName, name string, created bool) bool {
+func (b *filesBackoff) succeeded(key filesKey, name string, created bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.tries == nil {
 		b.tries = map[types.NamespacedName]filesTry{}
 	}
-	tr := b.tries[key]
+	tr := b.try(key)
 	created = created || tr.name == name && tr.created
-	b.tries[key] = filesTry{name: name, created: created}
+	b.tries[key.NamespacedName] = filesTry{uid: key.uid, name: name, created: created}
 	return created
 }
 
@@ -213,17 +232,17 @@ func (b *filesBackoff) forget(key types.NamespacedName) {
 }
 
 // reconcileFiles makes the ConfigMap of the template's current spec.files
-// exist (session.CreateFiles): this controller is its one writer. It
+// exist (files.Create): this controller is its one writer. It
 // returns the FilesReady condition (nil for a template without files) and,
 // after a refusal, how long until the next try. Between tries, reconciles
 // (every session change brings one) only look in the cache, so a refused
 // create is not repeated in a hot loop.
 func (r *Reconciler) reconcileFiles(ctx context.Context, t *lullv1.SessionTemplate) (*metav1.Condition, time.Duration, error) {
-	key := client.ObjectKeyFromObject(t)
+	key := filesKey{client.ObjectKeyFromObject(t), t.UID}
 	prev := meta.FindStatusCondition(t.Status.Conditions, lullv1.ConditionFilesReady)
 	desired, err := render.FilesConfigMap(t)
 	if desired == nil || err != nil {
-		r.files.forget(key)
+		r.files.forget(key.NamespacedName)
 		if err == nil {
 			return nil, 0, nil
 		}
@@ -233,12 +252,12 @@ func (r *Reconciler) reconcileFiles(ctx context.Context, t *lullv1.SessionTempla
 	now := r.now()
 	if tr, ok := r.files.pending(key, desired.Name, now); ok {
 		cm := &corev1.ConfigMap{}
-		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(desired), cm); err != nil || session.SameFiles(cm, desired) != nil {
+		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(desired), cm); err != nil || files.Same(cm, desired) != nil {
 			return &tr.cond, tr.next.Sub(now), nil
 		}
 		// Someone created it meanwhile, as lull would have.
 	}
-	created, err := session.CreateFiles(ctx, r.Client, r.reader(), desired)
+	created, err := files.Create(ctx, r.Client, r.reader(), desired)
 	if transient(err) {
 		return nil, 0, fmt.Errorf("create ConfigMap %s of template %s: %w", desired.Name, t.Name, err)
 	}

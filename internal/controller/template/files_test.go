@@ -15,9 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -27,7 +25,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/controller/session"
+	"lull.dev/lull/internal/dev/testenv"
+	"lull.dev/lull/internal/files"
+	"lull.dev/lull/internal/index"
 )
 
 func TestFilesRetryAfter(t *testing.T) {
@@ -61,14 +61,14 @@ func TestFilesCondition(t *testing.T) {
 		reason        string
 		wantInMessage []string
 	}{
-		{"created", true, nil, nil, metav1.ConditionTrue, lullv1.ReasonFilesCreated, []string{name}},
-		{"found", false, nil, nil, metav1.ConditionTrue, lullv1.ReasonFilesPresent, []string{name}},
-		{"found after creating it: keeps Created", false, nil, &created, metav1.ConditionTrue, lullv1.ReasonFilesCreated, []string{name}},
+		{"created", true, nil, nil, metav1.ConditionTrue, lullv1.ReasonCreated, []string{name}},
+		{"found", false, nil, nil, metav1.ConditionTrue, lullv1.ReasonPresent, []string{name}},
+		{"found after creating it: keeps Created", false, nil, &created, metav1.ConditionTrue, lullv1.ReasonCreated, []string{name}},
 		{"quota", false, fmt.Errorf("create: %w", quota), nil, metav1.ConditionFalse, lullv1.ReasonFilesRefused,
 			[]string{name, "exceeded quota: team-quota", "raise that ResourceQuota's count/configmaps", "2026-12-01T10:00:00Z"}},
 		{"admission policy", false, policy, nil, metav1.ConditionFalse, lullv1.ReasonFilesRefused,
 			[]string{name, "ConfigMaps are managed by GitOps", "admission policy or webhook", lullv1.LabelFiles}},
-		{"conflict", false, session.FilesConflict{Name: name, Why: "holds other content than spec.files"}, nil, metav1.ConditionFalse, lullv1.ReasonFilesConflict,
+		{"conflict", false, files.Conflict{Name: name, Why: "holds other content than spec.files"}, nil, metav1.ConditionFalse, lullv1.ReasonFilesConflict,
 			[]string{name, "holds other content", "delete or rename", "2026-12-01T10:00:00Z"}},
 		{"invalid", false, filesInvalid{errors.New("spec.files.items: Too long")}, nil, metav1.ConditionFalse, lullv1.ReasonFilesInvalid,
 			[]string{"spec.files.items", "fix spec.files"}},
@@ -85,7 +85,7 @@ func TestFilesCondition(t *testing.T) {
 			}
 		})
 	}
-	if transient(quota) || transient(session.FilesConflict{}) || !transient(apierrors.NewServiceUnavailable("etcd")) || transient(nil) {
+	if transient(quota) || transient(files.Conflict{}) || !transient(apierrors.NewServiceUnavailable("etcd")) || transient(nil) {
 		t.Error("transient: a refusal or conflict is not transient, a 503 is, nil is not")
 	}
 }
@@ -103,10 +103,10 @@ func TestFilesEvent(t *testing.T) {
 		event         bool
 	}{
 		{"first refusal", st("", ""), st(metav1.ConditionFalse, lullv1.ReasonFilesRefused), true},
-		{"True to refused", st(metav1.ConditionTrue, lullv1.ReasonFilesCreated), st(metav1.ConditionFalse, lullv1.ReasonFilesRefused), true},
+		{"True to refused", st(metav1.ConditionTrue, lullv1.ReasonCreated), st(metav1.ConditionFalse, lullv1.ReasonFilesRefused), true},
 		{"a retry, refused again", st(metav1.ConditionFalse, lullv1.ReasonFilesRefused), st(metav1.ConditionFalse, lullv1.ReasonFilesRefused), false},
 		{"refused to conflict", st(metav1.ConditionFalse, lullv1.ReasonFilesRefused), st(metav1.ConditionFalse, lullv1.ReasonFilesConflict), true},
-		{"recovered", st(metav1.ConditionFalse, lullv1.ReasonFilesRefused), st(metav1.ConditionTrue, lullv1.ReasonFilesCreated), false},
+		{"recovered", st(metav1.ConditionFalse, lullv1.ReasonFilesRefused), st(metav1.ConditionTrue, lullv1.ReasonCreated), false},
 		{"no files", st(metav1.ConditionFalse, lullv1.ReasonFilesRefused), st("", ""), false},
 	} {
 		if got := FilesEvent(tc.before, tc.after) != nil; got != tc.event {
@@ -128,16 +128,10 @@ func TestReconcileFilesRefusedThenCreated(t *testing.T) {
 	var creates atomic.Int32
 	var full, conflict atomic.Bool
 	full.Store(true)
-	sch := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(sch); err != nil {
-		t.Fatal(err)
-	}
-	if err := lullv1.AddToScheme(sch); err != nil {
-		t.Fatal(err)
-	}
+	sch := testenv.Scheme()
 	tmpl := filesTemplate("a")
 	base := fake.NewClientBuilder().WithScheme(sch).WithObjects(tmpl).WithStatusSubresource(&lullv1.SessionTemplate{}).
-		WithIndex(&lullv1.Session{}, session.IndexTemplateName, func(o client.Object) []string { return []string{o.(*lullv1.Session).Spec.TemplateRef.Name} }).
+		WithIndex(&lullv1.Session{}, index.SessionTemplateName, index.SessionTemplateNameOf).
 		Build()
 	c := interceptor.NewClient(base, interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.CreateOption) error {
 		creates.Add(1)
@@ -210,7 +204,7 @@ func TestReconcileFilesRefusedThenCreated(t *testing.T) {
 	reconcile()
 	clock.SetTime(clock.Now().Add(MinWriteInterval))
 	reconcile()
-	if c := filesReady(); c == nil || c.Status != metav1.ConditionTrue || c.Reason != lullv1.ReasonFilesCreated {
+	if c := filesReady(); c == nil || c.Status != metav1.ConditionTrue || c.Reason != lullv1.ReasonCreated {
 		t.Fatalf("after the quota is raised: FilesReady = %+v, want True Created", c)
 	}
 	if err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: render.FilesConfigMapName(tmpl)}, &corev1.ConfigMap{}); err != nil {

@@ -53,19 +53,19 @@ func TestQuotaMayAdmitMore(t *testing.T) {
 func TestQuotaChangeRetriesRefusedFilesNow(t *testing.T) {
 	var b filesBackoff
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	here := types.NamespacedName{Namespace: "team-a", Name: "agent"}
-	there := types.NamespacedName{Namespace: "team-b", Name: "agent"}
+	here := filesKey{types.NamespacedName{Namespace: "team-a", Name: "agent"}, "a-1"}
+	there := filesKey{types.NamespacedName{Namespace: "team-b", Name: "agent"}, "b-1"}
 	for range 8 { // backed off to 128 s
 		b.failed(here, "agent-files-1", now)
 		b.failed(there, "agent-files-2", now)
 	}
-	b.succeeded(types.NamespacedName{Namespace: "team-a", Name: "ok"}, "ok-files-3", true)
+	b.succeeded(filesKey{types.NamespacedName{Namespace: "team-a", Name: "ok"}, "ok-1"}, "ok-files-3", true)
 	if _, waiting := b.pending(here, "agent-files-1", now.Add(time.Minute)); !waiting {
 		t.Fatal("a template refused 8 times is not backing off")
 	}
 
 	keys := b.retryNow("team-a")
-	if len(keys) != 1 || keys[0] != here {
+	if len(keys) != 1 || keys[0] != here.NamespacedName {
 		t.Fatalf("retryNow(team-a) = %v, want only %v (not a template whose files exist, not another namespace)", keys, here)
 	}
 	if _, waiting := b.pending(here, "agent-files-1", now.Add(time.Minute)); waiting {

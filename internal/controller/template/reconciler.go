@@ -1,6 +1,15 @@
-// Package template holds the SessionTemplate status reconciler: it counts a
-// template's sessions by where they are in the rollout, so `kubectl get
-// sessiontemplates` and `lull status` show progress at a glance.
+// Package template holds the SessionTemplate reconciler, the one writer of
+// a template's status and of its files ConfigMap. For each template it
+// makes the content-addressed ConfigMap of spec.files exist (files.Create,
+// with backoff when the API server refuses it, and the FilesReady
+// condition), judges the runtime image against the catalog (ImageAllowed),
+// and writes the status rollout.NextTemplateStatus plans from the
+// template's sessions: the counts `kubectl get sessiontemplates` and `lull
+// status` show, the brake that pauses a revision whose new pods fail, and
+// the wave, the places of the sessions admitted to move under
+// maxUnavailable, whose places never taken up it revokes. It records a
+// Warning Event when the brake, a break-glass, the catalog or the files
+// stop the rollout.
 package template
 
 import (
@@ -8,12 +17,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"sort"
 	"strings"
 	"sync"
 	"time"
-
-	"lull.dev/lull/internal/render"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -21,16 +27,19 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/controller/session"
+	"lull.dev/lull/internal/catalog"
+	"lull.dev/lull/internal/index"
 	"lull.dev/lull/internal/rollout"
 )
 
@@ -43,7 +52,7 @@ const MinWriteInterval = time.Second
 type Reconciler struct {
 	Client client.Client
 	// APIReader reads from the API server, not the cache: sessions before
-	// a place in the wave is released as never taken up, and a files
+	// a place in the wave is revoked as never taken up, and a files
 	// ConfigMap whose create met AlreadyExists. Nil means Client.
 	APIReader client.Reader
 	// Recorder records the template's Warning Events (the brake, a
@@ -51,14 +60,30 @@ type Reconciler struct {
 	Recorder recorder.EventRecorder
 	// Clock spaces status writes; nil means the real clock.
 	Clock clock.PassiveClock
+	// ForgetTemplateMetrics, when set, is called with a template's
+	// namespace and name once the template is found gone, to drop the
+	// metric series other controllers keep by template (the manager
+	// passes the session controller's session.ForgetTemplateMetrics, so
+	// this controller does not import that one); nil drops none.
+	ForgetTemplateMetrics func(namespace, name string)
 
-	mu        sync.Mutex
-	lastWrite map[types.NamespacedName]time.Time
+	mu sync.Mutex
+	// lastWrite holds, by template, the UID of the template written and
+	// when; dropped with the template, and not reused by a template of
+	// another UID that takes its name.
+	lastWrite map[types.NamespacedName]lastWrite
 	drains    drainClock
 	files     filesBackoff
 }
 
+// lastWrite is when the template of UID uid had its status last written.
+type lastWrite struct {
+	uid types.UID
+	at  time.Time
+}
+
 // +kubebuilder:rbac:groups=lull.dev,resources=sessiontemplates/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups=lull.dev,resources=sessions/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -68,7 +93,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	t := &lullv1.SessionTemplate{}
 	if err := r.Client.Get(ctx, req.NamespacedName, t); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.files.forget(req.NamespacedName)
+			r.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -81,16 +106,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// deep copies: a template of thousands of sessions is recounted on
 	// every change of one of them.
 	var list lullv1.SessionList
-	if err := r.Client.List(ctx, &list, client.InNamespace(t.Namespace), client.MatchingFields{session.IndexTemplateName: t.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(t.Namespace), client.MatchingFields{index.SessionTemplateName: t.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, err
 	}
 	now := r.now()
-	if err := r.refresh(ctx, list.Items, rollout.ExpiringAdmissions(t.Status.Wave, list.Items, now)); err != nil {
+	if err := r.revokeLapsed(ctx, list.Items, rollout.PlacesToRevoke(t.Status.Wave, list.Items, now), now); err != nil {
 		return ctrl.Result{}, err
 	}
-	r.drains.observe(req.NamespacedName, list.Items, now)
+	r.drains.observe(req.NamespacedName, t.UID, list.Items, now)
 	mean, measured := r.drains.meanOf(req.NamespacedName)
-	cat, err := session.ReadCatalog(ctx, r.Client)
+	cat, err := catalog.Read(ctx, r.Client)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -98,16 +123,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// the image is refused); t keeps the status as the API server has it.
 	judged := t.DeepCopy()
 	meta.SetStatusCondition(&judged.Status.Conditions, ImageCondition(t, cat))
-	next, requeue := NextStatus(judged, list.Items, now, mean, measured)
+	next, requeue := rollout.NextTemplateStatus(judged, list.Items, now, mean, measured)
 	setFilesCondition(&next, files)
-	if filesRetry > 0 && (requeue == 0 || filesRetry < requeue) {
-		requeue = filesRetry
-	}
-	result := ctrl.Result{RequeueAfter: requeue}
+	result := ctrl.Result{RequeueAfter: rollout.Soonest(requeue, filesRetry)}
 	if equality.Semantic.DeepEqual(t.Status, next) {
 		return result, nil
 	}
-	if wait := r.untilWriteAllowed(req.NamespacedName); wait > 0 {
+	if wait := r.untilWriteAllowed(req.NamespacedName, t.UID); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	before := t.Status
@@ -115,7 +137,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	err = r.Client.Status().Patch(ctx, t, client.RawPatch(types.MergePatchType, body), client.FieldOwner(session.FieldManager))
+	err = r.Client.Status().Patch(ctx, t, client.RawPatch(types.MergePatchType, body), client.FieldOwner(lullv1.FieldManagerController))
 	switch {
 	case apierrors.IsConflict(err):
 		// The template changed since the cache showed it (another writer,
@@ -126,93 +148,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	r.recordTransitions(t, before, next)
 	return result, nil
-}
-
-// NextStatus is the template's status from its sessions as seen at now:
-// the counts (Summarize), the brake, the next wave (at most maxUnavailable
-// of the effective policy, none while paused or while t's ImageAllowed
-// condition is False), the expected completion
-// from the mean move time when one was measured, and the conditions. It
-// returns when to look again: the brake's progress deadline, a pod's
-// lifetime deadline, an admission never taken up lapsing.
-func NextStatus(t *lullv1.SessionTemplate, sessions []lullv1.Session, now time.Time, mean time.Duration, measured bool) (lullv1.SessionTemplateStatus, time.Duration) {
-	next := Summarize(t, sessions)
-	policy := rollout.EffectivePolicy(t, next.Revision)
-	brake := rollout.DecideBrake(t, next.Revision, sessions, now)
-	room := rollout.MaxUnavailable(policy, int(next.Sessions-next.Suspended))
-	if brake.Paused || meta.IsStatusConditionFalse(t.Status.Conditions, lullv1.ConditionImageAllowed) {
-		room = 0 // those moving finish; nobody starts
-	}
-	passive := policy.Strategy == lullv1.UpdateStrategyPassive
-	admitByRevision := next.Revision
-	if passive {
-		admitByRevision = ""
-	}
-	next.Wave = rollout.PlanWave(t.Status.Wave, sessions, room, now, admitByRevision)
-	next.ExpectedCompletion = nil
-	if moving := int(next.Stale - next.UpdatePending); measured && room > 0 && moving > 0 && !passive {
-		var previous *time.Time
-		if p := t.Status.ExpectedCompletion; p != nil {
-			previous = &p.Time
-		}
-		eta := metav1.NewTime(rollout.ExpectedCompletion(moving, room, mean, now, previous))
-		next.ExpectedCompletion = &eta
-	}
-	if passive && next.Stale > 0 {
-		eta, unbounded := rollout.PassiveCompletion(sessions, next.Revision, room > 0)
-		next.WithoutDeadline = int32(unbounded)
-		if !eta.IsZero() {
-			at := metav1.NewTime(eta)
-			next.ExpectedCompletion = &at
-		}
-	}
-	next.PausedRevision = brake.PausedRevision
-	next.Failing = brake.Failing[:min(len(brake.Failing), 20)]
-	setPolicyConditions(t, &next, brake)
-	requeue := brake.RequeueAfter
-	if at := rollout.NextLifetimeDeadline(sessions, now); !at.IsZero() {
-		// A pod reaching its lifetime waits for a place in the wave.
-		if wait := at.Sub(now) + time.Second/10; requeue == 0 || wait < requeue {
-			requeue = wait
-		}
-	}
-	if at := rollout.NextAdmissionLapse(next.Wave, sessions); !at.IsZero() {
-		// An admission never taken up is released only by a plan made
-		// after it lapsed (PlanWave: strictly older than the TTL), and no
-		// session event need come by then (sessionCounted drops the
-		// reports of busy runtimes; idle ones write nothing): without this
-		// the session waiting behind it would wait for a resync.
-		if wait := at.Sub(now) + time.Second; requeue == 0 || wait < requeue {
-			requeue = wait
-		}
-	}
-	return next, requeue
-}
-
-// setPolicyConditions sets RolloutPaused from the brake, and BreakGlass
-// from spec.breakGlass against the template's revision.
-func setPolicyConditions(t *lullv1.SessionTemplate, st *lullv1.SessionTemplateStatus, b rollout.Brake) {
-	paused := metav1.Condition{Type: lullv1.ConditionRolloutPaused, Status: metav1.ConditionFalse, Reason: b.Reason, Message: b.Message, ObservedGeneration: t.Generation}
-	if b.Paused {
-		paused.Status = metav1.ConditionTrue
-	}
-	meta.SetStatusCondition(&st.Conditions, paused)
-	bg := t.Spec.BreakGlass
-	if bg == nil {
-		meta.RemoveStatusCondition(&st.Conditions, lullv1.ConditionBreakGlass)
-		return
-	}
-	by := bg.RequestedBy
-	if by == "" {
-		by = "unknown"
-	}
-	c := metav1.Condition{Type: lullv1.ConditionBreakGlass, Status: metav1.ConditionTrue, Reason: lullv1.ReasonBreakGlassActive, ObservedGeneration: t.Generation,
-		Message: fmt.Sprintf("break-glass for revision %s, requested by %s: %q; every stale session drains for at most %s, then is replaced", bg.Revision, by, bg.Reason, bg.Grace.Duration)}
-	if bg.Revision != st.Revision {
-		c.Status, c.Reason = metav1.ConditionFalse, lullv1.ReasonRevisionMismatch
-		c.Message = fmt.Sprintf("spec.breakGlass names revision %s, but the template's revision is %s: it applies to nothing (the update policy applies); `lull rollout force %s` names the current one", bg.Revision, st.Revision, t.Name)
-	}
-	meta.SetStatusCondition(&st.Conditions, c)
 }
 
 // recordTransitions records a Warning Event when the brake stops a
@@ -231,7 +166,7 @@ func (r *Reconciler) recordTransitions(t *lullv1.SessionTemplate, before, after 
 		r.Recorder.Eventf(t, nil, corev1.EventTypeWarning, c.Reason, "PauseRollout", c.Message)
 	}
 	if c := meta.FindStatusCondition(after.Conditions, lullv1.ConditionBreakGlass); c != nil && c.Status == metav1.ConditionTrue && !was(c.Type, c.Reason) {
-		r.Recorder.Eventf(t, nil, corev1.EventTypeWarning, "BreakGlass", "ForceRollout", c.Message)
+		r.Recorder.Eventf(t, nil, corev1.EventTypeWarning, lullv1.ReasonBreakGlass, "ForceRollout", c.Message)
 	}
 	if c := meta.FindStatusCondition(after.Conditions, lullv1.ConditionImageAllowed); c != nil && c.Status == metav1.ConditionFalse {
 		if b := meta.FindStatusCondition(before.Conditions, c.Type); b == nil || b.Status != metav1.ConditionFalse {
@@ -243,26 +178,58 @@ func (r *Reconciler) recordTransitions(t *lullv1.SessionTemplate, before, after 
 	}
 }
 
-// refresh replaces the named sessions of list with their versions on the
-// API server.
-func (r *Reconciler) refresh(ctx context.Context, list []lullv1.Session, names []string) error {
-	if len(names) == 0 {
+// revokeLapsed takes back the wave places lapsed at now, and those of
+// suspended sessions not taken up (rollout.PlacesToRevoke), each on its
+// session: it reads the session from the API server and, when that version
+// shows the place still to be revoked (rollout.Revocable), writes status.revokedAdmission
+// with that version's resourceVersion as a precondition. The session's
+// own request under the place is written the same way, so exactly one of
+// the two lands. Each session of list named in lapsed is replaced by its
+// version on the API server, with the revoke when it landed: PlanWave
+// releases a place only once it shows revoked. A revoke refused with a
+// Conflict (the session changed since the read: it may have taken the
+// place up) or a session gone leaves its place held for the next plan.
+func (r *Reconciler) revokeLapsed(ctx context.Context, list []lullv1.Session, lapsed []lullv1.WaveEntry, now time.Time) error {
+	if len(lapsed) == 0 {
 		return nil
 	}
-	reader := r.reader()
-	want := map[string]bool{}
-	for _, n := range names {
-		want[n] = true
+	places := map[string]lullv1.WaveEntry{}
+	for _, e := range lapsed {
+		places[e.Session] = e
 	}
 	for i := range list {
-		if !want[list[i].Name] {
+		e, ok := places[list[i].Name]
+		if !ok {
 			continue
 		}
-		var live lullv1.Session
-		if err := reader.Get(ctx, client.ObjectKeyFromObject(&list[i]), &live); err != nil {
-			return client.IgnoreNotFound(err)
+		live := &lullv1.Session{}
+		err := r.reader().Get(ctx, client.ObjectKeyFromObject(&list[i]), live)
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return err
 		}
-		list[i] = live
+		list[i] = *live
+		if !rollout.Revocable(e, live, now) {
+			continue // taken up after all, or already revoked
+		}
+		body, err := json.Marshal(map[string]any{
+			"metadata": map[string]any{"resourceVersion": live.ResourceVersion},
+			"status":   map[string]any{"revokedAdmission": lullv1.RevokedAdmission{Sequence: e.Sequence, AdmittedAt: e.AdmittedAt}},
+		})
+		if err != nil {
+			return err
+		}
+		err = r.Client.Status().Patch(ctx, live, client.RawPatch(types.MergePatchType, body), client.FieldOwner(lullv1.FieldManagerController))
+		switch {
+		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return fmt.Errorf("revoke the wave place of session %s: %w", live.Name, err)
+		}
+		list[i] = *live
+		log.FromContext(ctx).Info("revoked an unused wave place", "session", klog.KObj(live), "sequence", e.Sequence, "admittedAt", e.AdmittedAt.UTC().Format(time.RFC3339))
 	}
 	return nil
 }
@@ -283,22 +250,34 @@ func (r *Reconciler) now() time.Time {
 }
 
 // untilWriteAllowed returns how long to wait before the next status write of
-// a template, and records a write now when none is needed.
-func (r *Reconciler) untilWriteAllowed(key types.NamespacedName) time.Duration {
+// the template key (UID uid), and records a write now when none is needed.
+func (r *Reconciler) untilWriteAllowed(key types.NamespacedName, uid types.UID) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := time.Now()
-	if r.Clock != nil {
-		now = r.Clock.Now()
-	}
-	if wait := r.lastWrite[key].Add(MinWriteInterval).Sub(now); wait > 0 {
-		return wait
+	now := r.now()
+	if last, ok := r.lastWrite[key]; ok && last.uid == uid {
+		if wait := last.at.Add(MinWriteInterval).Sub(now); wait > 0 {
+			return wait
+		}
 	}
 	if r.lastWrite == nil {
-		r.lastWrite = map[types.NamespacedName]time.Time{}
+		r.lastWrite = map[types.NamespacedName]lastWrite{}
 	}
-	r.lastWrite[key] = now
+	r.lastWrite[key] = lastWrite{uid: uid, at: now}
 	return 0
+}
+
+// forget drops what is held in memory of the template key, gone: its last
+// write, its drain clock, its files' tries, its drain histograms' series.
+func (r *Reconciler) forget(key types.NamespacedName) {
+	r.mu.Lock()
+	delete(r.lastWrite, key)
+	r.mu.Unlock()
+	r.drains.forget(key)
+	r.files.forget(key)
+	if r.ForgetTemplateMetrics != nil {
+		r.ForgetTemplateMetrics(key.Namespace, key.Name)
+	}
 }
 
 // statusPatch is the JSON merge patch that sets a template's status to st,
@@ -328,71 +307,6 @@ func statusPatch(st lullv1.SessionTemplateStatus, resourceVersion string) ([]byt
 		}
 	}
 	return json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": resourceVersion}, "status": fields})
-}
-
-// Summarize counts sessions by rollout state. A session is current when its
-// pod runs the template's current revision (status.templateRevision) and
-// its UpToDate condition is True; stale otherwise, unless suspended;
-// draining when it has a drain request outstanding.
-func Summarize(t *lullv1.SessionTemplate, sessions []lullv1.Session) lullv1.SessionTemplateStatus {
-	st := lullv1.SessionTemplateStatus{ObservedGeneration: t.Generation, Revision: render.TemplateRevision(t), Conditions: append([]metav1.Condition(nil), t.Status.Conditions...)}
-	var blocked []string
-	for i := range sessions {
-		s := &sessions[i]
-		st.Sessions++
-		if s.Spec.Suspend {
-			st.Suspended++
-			continue
-		}
-		if s.Status.Drain != nil {
-			st.Draining++
-		}
-		c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionUpToDate)
-		if rollout.Current(s, st.Revision) {
-			st.Current++
-			continue
-		}
-		st.Stale++
-		switch {
-		case c != nil && c.Reason == lullv1.ReasonWaitingForWave:
-			st.Waiting++
-		case c != nil && c.Reason == lullv1.ReasonUpdatePending:
-			st.UpdatePending++
-		}
-		if c != nil && rollout.Blocked(c.Reason) {
-			blocked = append(blocked, fmt.Sprintf("%s (%s)", s.Name, c.Reason))
-		}
-		// Stale since its UpToDate condition left True; a session whose
-		// controller has not yet seen the new revision has no such time
-		// yet.
-		if c != nil && c.Status != metav1.ConditionTrue {
-			if since := c.LastTransitionTime; st.OldestStaleSince == nil || since.Before(st.OldestStaleSince) {
-				st.OldestStaleSince = &since
-			}
-		}
-	}
-	rolledOut := metav1.Condition{Type: lullv1.ConditionRolledOut, Status: metav1.ConditionTrue, Reason: "AllCurrent",
-		Message: fmt.Sprintf("%d of %d running sessions run the update revision", st.Current, st.Sessions-st.Suspended), ObservedGeneration: t.Generation}
-	if st.Current < st.Sessions-st.Suspended {
-		rolledOut.Status, rolledOut.Reason = metav1.ConditionFalse, "RollingOut"
-	}
-	if len(blocked) > 0 {
-		// Name the sessions that need someone while the others finish;
-		// when nothing else is moving, the rollout itself is blocked.
-		sort.Strings(blocked)
-		if int(st.Current)+len(blocked) == int(st.Sessions-st.Suspended) {
-			rolledOut.Reason = "Blocked"
-		}
-		const shown = 5
-		more := ""
-		if len(blocked) > shown {
-			more = fmt.Sprintf(" and %d more", len(blocked)-shown)
-			blocked = blocked[:shown]
-		}
-		rolledOut.Message += fmt.Sprintf("; blocked: %s%s (see each session's UpToDate condition)", strings.Join(blocked, ", "), more)
-	}
-	meta.SetStatusCondition(&st.Conditions, rolledOut)
-	return st
 }
 
 // SetupWithManager registers the reconciler; a session change that can

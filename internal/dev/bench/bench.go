@@ -3,8 +3,9 @@
 // runtimes are idle (so each drains at once), one runtime update, and the
 // figures that say what the rollout cost, each beside the API server's
 // own floor: time to converge against a raw rollout of as many plain
-// StatefulSets, Drained report → delete latency against the API server's
-// write→watch latency, the controller's writes per replaced session, its
+// StatefulSets and against a plain client doing the protocol's minimal
+// sequence for as many sessions, Drained report → delete latency against
+// the API server's write→watch latency, the controller's writes per replaced session, its
 // work queues, peak memory and CPU, and what idle, current sessions cost
 // in API requests afterwards.
 package bench
@@ -90,6 +91,9 @@ type Result struct {
 	// Raw is the raw rollout of as many plain StatefulSets, measured
 	// before the sessions started.
 	Raw RawRollout
+	// Protocol is the protocol's minimal sequence for as many sessions
+	// done by a plain client, measured after the raw rollout.
+	Protocol ProtocolFloor
 	// WatchFloor are the API server's write→watch latencies of one object,
 	// sorted, measured while the sessions ran idle before the rollout.
 	WatchFloor []time.Duration
@@ -160,6 +164,22 @@ func Run(ctx context.Context, env *localenv.Env, o Options) (_ Result, err error
 		return r, err
 	}
 	phase("raw rollout floor", start)
+
+	// The protocol floor with lull's controller stopped (it would
+	// reconcile the floor's Sessions), started again once the floor's
+	// namespace is gone: its figures are of a process that saw none of it.
+	start = time.Now()
+	env.KillController()
+	r.Protocol, err = measureProtocolFloor(ctx, env.Cluster.Config, cs, o.Namespace+"-protocol", o.Sessions, o.Timeout, out)
+	// Started again whatever the floor's outcome: the environment may
+	// outlive this run (a test's, shared by others).
+	if serr := env.StartController(context.WithoutCancel(ctx)); serr != nil && err == nil {
+		err = serr
+	}
+	if err != nil {
+		return r, err
+	}
+	phase("protocol floor", start)
 
 	auditor, err := audit.Start(ctx, env.Cluster.EtcdURL)
 	if err != nil {

@@ -60,22 +60,17 @@ func (s rawSet) current() bool { return s.uid != "" && s.update != "" && s.revis
 func measureRawRollout(ctx context.Context, cs kubernetes.Interface, ns string, n int, timeout time.Duration, out io.Writer) (r RawRollout, err error) {
 	r = RawRollout{Sets: n}
 	start := time.Now()
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		return r, fmt.Errorf("raw rollout: %w", err)
+	teardown, err := floorNamespace(ctx, cs, ns, timeout)
+	if teardown != nil {
+		defer func() {
+			var derr error
+			if r.Teardown, derr = teardown(); derr != nil && err == nil {
+				err = fmt.Errorf("raw rollout: %w", derr)
+			}
+		}()
 	}
-	defer func() {
-		t := time.Now()
-		if derr := deleteNamespace(context.WithoutCancel(ctx), cs, ns, timeout); derr != nil && err == nil {
-			err = fmt.Errorf("raw rollout: %w", derr)
-		}
-		r.Teardown = time.Since(t)
-	}()
-	// Pods cannot be created before the namespace's default ServiceAccount.
-	if err := poll(ctx, 100*time.Millisecond, timeout, func() (bool, error) {
-		_, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, client404(err)
-	}); err != nil {
-		return r, fmt.Errorf("raw rollout: default ServiceAccount of %s: %w", ns, err)
+	if err != nil {
+		return r, fmt.Errorf("raw rollout: %w", err)
 	}
 
 	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns))
@@ -247,6 +242,28 @@ func rawStatefulSet(ns string, i int, image string) *appsv1.StatefulSet {
 			},
 		},
 	}
+}
+
+// floorNamespace creates namespace ns for a floor and waits for its
+// default ServiceAccount (pods cannot be created before it). teardown
+// deletes ns and waits until it is gone, so that nothing of the floor
+// burdens what is measured next; it returns how long that took.
+func floorNamespace(ctx context.Context, cs kubernetes.Interface, ns string, timeout time.Duration) (teardown func() (time.Duration, error), err error) {
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	teardown = func() (time.Duration, error) {
+		t := time.Now()
+		err := deleteNamespace(context.WithoutCancel(ctx), cs, ns, timeout)
+		return time.Since(t), err
+	}
+	if err := poll(ctx, 100*time.Millisecond, timeout, func() (bool, error) {
+		_, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, client404(err)
+	}); err != nil {
+		return teardown, fmt.Errorf("default ServiceAccount of %s: %w", ns, err)
+	}
+	return teardown, nil
 }
 
 // deleteNamespace deletes ns and waits until it is gone. Its pods are

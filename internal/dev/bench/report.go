@@ -13,6 +13,10 @@ import (
 const (
 	// MaxRolloutRatio bounds lull's converge over the raw rollout's time.
 	MaxRolloutRatio = 1.25
+	// MaxProtocolRatio bounds lull's converge over the protocol floor's
+	// (ProtocolFloor.Rollout): what lull's controller may add to the
+	// protocol's own writes.
+	MaxProtocolRatio = 1.15
 	// MaxReportToDeleteP99 bounds the Drained report → delete p99.
 	MaxReportToDeleteP99 = time.Second
 	// MaxWritesPerSession bounds the controller's writes (Events apart)
@@ -53,6 +57,10 @@ func (r Result) writesPerSession() (writes, events float64) {
 // RolloutRatio is lull's converge over the raw rollout's time (0 when no
 // raw rollout was timed).
 func (r Result) RolloutRatio() float64 { return ratio(r.Converge, r.Raw.Rollout) }
+
+// ProtocolRatio is lull's converge over the protocol floor's rollout (0
+// when no protocol floor was timed).
+func (r Result) ProtocolRatio() float64 { return ratio(r.Converge, r.Protocol.Rollout) }
 
 // ReportToDeleteRatio is the Drained report → delete p99 over the API
 // server's write→watch p99 (0 when no floor was timed).
@@ -96,6 +104,8 @@ func (r Result) Targets() []Target {
 	t := []Target{
 		{fmt.Sprintf("rollout ≤ %.2f× raw rollout", MaxRolloutRatio), fmt.Sprintf("%.2f×", r.RolloutRatio()),
 			r.Raw.Rollout > 0 && r.RolloutRatio() <= MaxRolloutRatio},
+		{fmt.Sprintf("rollout ≤ %.2f× protocol floor", MaxProtocolRatio), fmt.Sprintf("%.2f×", r.ProtocolRatio()),
+			r.Protocol.Rollout > 0 && r.ProtocolRatio() <= MaxProtocolRatio},
 		{fmt.Sprintf("Drained report → delete p99 ≤ %s", MaxReportToDeleteP99), p99.Round(time.Millisecond).String(),
 			len(r.ReportToDelete) > 0 && p99 <= MaxReportToDeleteP99},
 		{fmt.Sprintf("≤ %.0f controller writes per replaced session", MaxWritesPerSession), fmt.Sprintf("%.2f", writes),
@@ -127,6 +137,9 @@ func (r Result) Print(w io.Writer) (ok bool) {
 	fmt.Fprintf(w, "  raw rollout (floor):             %s  (%d plain StatefulSets: image patched, stale pods deleted with grace 0, %d workers)\n",
 		r.Raw.Rollout.Round(100*time.Millisecond), r.Raw.Sets, rawWorkers)
 	fmt.Fprintf(w, "  converge ÷ raw rollout:          %.2f\n", r.RolloutRatio())
+	fmt.Fprintf(w, "  protocol floor:                  %s, reported %s  (%d sessions: drain request, Drained report, delete, recreation, new report, by a plain client, %d workers a step)\n",
+		r.Protocol.Rollout.Round(100*time.Millisecond), r.Protocol.Reported.Round(100*time.Millisecond), r.Protocol.Sessions, rawWorkers)
+	fmt.Fprintf(w, "  converge ÷ protocol floor:       %.2f\n", r.ProtocolRatio())
 	fmt.Fprintf(w, "  Drained report → delete:         p50 %s, p99 %s, max %s (n=%d)\n", ms(Percentile(r.ReportToDelete, 50)),
 		ms(Percentile(r.ReportToDelete, 99)), ms(Percentile(r.ReportToDelete, 100)), len(r.ReportToDelete))
 	fmt.Fprintf(w, "  API server write→watch (floor):  p50 %s, p99 %s, max %s (n=%d sequential writes of one object)\n",
@@ -177,6 +190,10 @@ func phases(r Result) string {
 		if p.Name == "raw rollout floor" {
 			s += fmt.Sprintf(" (setup %s, rollout %s, teardown %s)", r.Raw.Setup.Round(100*time.Millisecond),
 				r.Raw.Rollout.Round(100*time.Millisecond), r.Raw.Teardown.Round(100*time.Millisecond))
+		}
+		if p.Name == "protocol floor" {
+			s += fmt.Sprintf(" (setup %s, rollout %s, reported %s, teardown %s)", r.Protocol.Setup.Round(100*time.Millisecond),
+				r.Protocol.Rollout.Round(100*time.Millisecond), r.Protocol.Reported.Round(100*time.Millisecond), r.Protocol.Teardown.Round(100*time.Millisecond))
 		}
 		parts = append(parts, s)
 		total += p.Took

@@ -18,6 +18,7 @@ func passing() Result {
 		Sessions: 1000, Replaced: 1000, Runtimes: podprocess.ModeFleet,
 		Converge:       25 * time.Second,
 		Raw:            RawRollout{Sets: 1000, Rollout: 20 * time.Second},
+		Protocol:       ProtocolFloor{Sessions: 1000, Rollout: 22 * time.Second, Reported: 23 * time.Second},
 		WatchFloor:     []time.Duration{2 * time.Millisecond, 5 * time.Millisecond},
 		ReportToDelete: []time.Duration{100 * time.Millisecond, 900 * time.Millisecond},
 		Writes:         map[string]float64{"DELETE pods": 1000, "PATCH statefulsets": 1000, "PATCH sessions/status": 1000, "POST events": 3000},
@@ -46,7 +47,7 @@ func TestTargetsAllMet(t *testing.T) {
 	if !passing().Print(&out) {
 		t.Errorf("Print reported a miss:\n%s", out.String())
 	}
-	for _, want := range []string{"converge ÷ raw rollout:          1.25", "report→delete p99 ÷ write→watch p99: 180.0", "3.00 (plus 3.00 Events)"} {
+	for _, want := range []string{"converge ÷ raw rollout:          1.25", "converge ÷ protocol floor:       1.14", "report→delete p99 ÷ write→watch p99: 180.0", "3.00 (plus 3.00 Events)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("printout lacks %q:\n%s", want, out.String())
 		}
@@ -77,16 +78,18 @@ func TestTargetsEachMissed(t *testing.T) {
 		change func(*Result)
 		want   string
 	}{
-		"slower than 1.25× raw":    {func(r *Result) { r.Converge = 25*time.Second + time.Millisecond }, "rollout ≤ 1.25× raw rollout"},
-		"no raw rollout timed":     {func(r *Result) { r.Raw.Rollout = 0 }, "rollout ≤ 1.25× raw rollout"},
-		"report→delete p99 > 1s":   {func(r *Result) { r.ReportToDelete[1] = 1001 * time.Millisecond }, "Drained report → delete p99 ≤ 1s"},
-		"no Drained report":        {func(r *Result) { r.ReportToDelete = nil }, "Drained report → delete p99 ≤ 1s"},
-		"a fourth write":           {func(r *Result) { r.Writes["PATCH sessions/status (409)"] = 1 }, "≤ 3 controller writes per replaced session"},
-		"RSS over budget":          {func(r *Result) { r.PeakRSS = 30<<20 + 1 }, "controller peak RSS ≤ 30.0 MiB (30 MiB × max(N,1000)/1000)"},
-		"a controller idle GET":    {func(r *Result) { r.IdleController["GET pods"] = 1 }, "controller idle requests 0 /min/session (watch renewals apart)"},
-		"a runtime idle heartbeat": {func(r *Result) { r.IdleRuntimes["PATCH sessions/status"] = 1000 }, "runtime idle requests 0 /min/session"},
-		"a session not replaced":   {func(r *Result) { r.Replaced, r.Writes = 999, map[string]float64{"DELETE pods": 999} }, "every session replaced"},
-		"a protocol violation":     {func(r *Result) { r.Violations = []string{"x"} }, "no protocol violation"},
+		"slower than 1.25× raw":            {func(r *Result) { r.Converge = 25*time.Second + time.Millisecond }, "rollout ≤ 1.25× raw rollout"},
+		"no raw rollout timed":             {func(r *Result) { r.Raw.Rollout = 0 }, "rollout ≤ 1.25× raw rollout"},
+		"slower than 1.15× protocol floor": {func(r *Result) { r.Protocol.Rollout = 21 * time.Second }, "rollout ≤ 1.15× protocol floor"},
+		"no protocol floor timed":          {func(r *Result) { r.Protocol.Rollout = 0 }, "rollout ≤ 1.15× protocol floor"},
+		"report→delete p99 > 1s":           {func(r *Result) { r.ReportToDelete[1] = 1001 * time.Millisecond }, "Drained report → delete p99 ≤ 1s"},
+		"no Drained report":                {func(r *Result) { r.ReportToDelete = nil }, "Drained report → delete p99 ≤ 1s"},
+		"a fourth write":                   {func(r *Result) { r.Writes["PATCH sessions/status (409)"] = 1 }, "≤ 3 controller writes per replaced session"},
+		"RSS over budget":                  {func(r *Result) { r.PeakRSS = 30<<20 + 1 }, "controller peak RSS ≤ 30.0 MiB (30 MiB × max(N,1000)/1000)"},
+		"a controller idle GET":            {func(r *Result) { r.IdleController["GET pods"] = 1 }, "controller idle requests 0 /min/session (watch renewals apart)"},
+		"a runtime idle heartbeat":         {func(r *Result) { r.IdleRuntimes["PATCH sessions/status"] = 1000 }, "runtime idle requests 0 /min/session"},
+		"a session not replaced":           {func(r *Result) { r.Replaced, r.Writes = 999, map[string]float64{"DELETE pods": 999} }, "every session replaced"},
+		"a protocol violation":             {func(r *Result) { r.Violations = []string{"x"} }, "no protocol violation"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := passing()

@@ -38,6 +38,9 @@ type Options struct {
 	// runtimes' report refresh interval, and how long after a session is
 	// suspended its user comes back (the demo resumes it).
 	IdleSuspendAfter, MaxLifetime, ReportRefresh, ResumeAfter time.Duration
+	// RealNode runs every session on the environment's real node, as real
+	// containers of lull's images (Drain only).
+	RealNode bool
 
 	Out io.Writer
 }
@@ -86,18 +89,28 @@ func Run(ctx context.Context, env *localenv.Env, o Options) (_ Summary, err erro
 		return Summary{}, err
 	}
 	args := []string{"--turn-min=" + o.TurnMin.String(), "--turn-max=" + o.TurnMax.String(), "--think-max=" + o.ThinkMax.String()}
-	names, err := scenario.Launch(ctx, c, scenario.Template(o.Namespace, "agent", "example.com/lull/turnrunner:v1", args...), "session", o.Sessions)
+	tpl := scenario.Template(o.Namespace, "agent", "example.com/lull/turnrunner:v1", args...)
+	where := ""
+	if o.RealNode {
+		if err := env.OnRealNode(tpl); err != nil {
+			return Summary{}, err
+		}
+		where = ", on the real node " + env.Cluster.RealNodeName
+	}
+	created := time.Now()
+	names, err := scenario.Launch(ctx, c, tpl, "session", o.Sessions)
 	if err != nil {
 		return Summary{}, err
 	}
-	fmt.Fprintf(out, "\ncreated SessionTemplate %s/agent (image example.com/lull/turnrunner:v1) and %d sessions\n", o.Namespace, o.Sessions)
+	fmt.Fprintf(out, "\ncreated SessionTemplate %s/agent (image example.com/lull/turnrunner:v1) and %d sessions%s\n", o.Namespace, o.Sessions, where)
 	before, err := scenario.WaitFor(ctx, c, o.Namespace, names, 500*time.Millisecond, 2*time.Minute, nil, scenario.Converged)
 	if errors.Is(err, scenario.ErrInterrupted) {
 		return Summary{}, fmt.Errorf("start of the sessions %w", err)
 	} else if err != nil {
 		return Summary{}, fmt.Errorf("sessions did not start: %w", err)
 	}
-	fmt.Fprintf(out, "all %d sessions running revision %s; their runtimes are taking turns of %s–%s\n", o.Sessions, only(before.Revisions), o.TurnMin, o.TurnMax)
+	fmt.Fprintf(out, "all %d sessions running revision %s %.1fs after their creation; their runtimes are taking turns of %s–%s\n",
+		o.Sessions, only(before.Revisions), time.Since(created).Seconds(), o.TurnMin, o.TurnMax)
 	if err := scenario.Sleep(ctx, o.Warmup); err != nil {
 		return Summary{}, err
 	}

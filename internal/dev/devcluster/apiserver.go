@@ -135,6 +135,9 @@ func (c *Cluster) runAPIServer(ctx context.Context, port int) (*process, error) 
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file=" + cc.frontProxy.CertFile,
 		"--proxy-client-key-file=" + cc.frontProxy.KeyFile,
+		"--kubelet-client-certificate=" + cc.kubeletClient.CertFile,
+		"--kubelet-client-key=" + cc.kubeletClient.KeyFile,
+		"--kubelet-certificate-authority=" + c.CAFile,
 	})
 	if err != nil {
 		return nil, err

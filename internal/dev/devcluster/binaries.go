@@ -23,6 +23,8 @@ const (
 // stage directory (kwok's kustomize/stage tree).
 type Binaries struct {
 	APIServer, ControllerManager, Scheduler, Etcd, Kwok, KwokStages string
+	// Kubelet is checked only for a real node (CheckRealNodeHost).
+	Kubelet string
 }
 
 // CacheDir returns the directory hack/build-tools.sh builds into:
@@ -50,6 +52,7 @@ func binariesIn(bin string) Binaries {
 		APIServer:         filepath.Join(k8s, "kube-apiserver"),
 		ControllerManager: filepath.Join(k8s, "kube-controller-manager"),
 		Scheduler:         filepath.Join(k8s, "kube-scheduler"),
+		Kubelet:           filepath.Join(k8s, "kubelet"),
 		Etcd:              filepath.Join(bin, "etcd-"+EtcdVersion, "etcd"),
 		Kwok:              filepath.Join(kwok, "kwok"),
 		KwokStages:        filepath.Join(kwok, "stage"),

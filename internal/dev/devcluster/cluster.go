@@ -42,6 +42,17 @@ type Options struct {
 	// RemoveStateDir makes Stop delete StateDir (logs included) once every
 	// process has exited.
 	RemoveStateDir bool
+	// RealNode adds a real node beside the simulated one: containerd, runc
+	// and the kubelet on this machine (docs/real-node.md). It needs Linux,
+	// root and the packages CheckRealNodeHost names; one runs per machine
+	// at a time (else Start fails with ErrRealNodeInUse, naming the
+	// holder). Pods reach it only if they tolerate RealNodeTaint.
+	RealNode bool
+	// NodeImages are imported into the real node's containerd before the
+	// kubelet starts; PauseImage (one of their references) is its sandbox
+	// image. Both only with RealNode.
+	NodeImages []NodeImage
+	PauseImage string
 }
 
 // Cluster is a running local control plane. Stop it when done.
@@ -60,6 +71,9 @@ type Cluster struct {
 	CAFile string
 	// NodeName is the simulated node pods are scheduled on.
 	NodeName string
+	// RealNodeName is the real node (this machine's hostname) with
+	// Options.RealNode, else empty.
+	RealNodeName string
 	// EtcdURL is etcd's client URL, http://127.0.0.1:PORT.
 	EtcdURL string
 	// Binaries are the executables the cluster runs.
@@ -68,7 +82,8 @@ type Cluster struct {
 	opts  Options
 	pki   *pki
 	certs clusterCerts
-	lock  *os.File // the flock on <StateDir>/lock, held until Stop
+	lock  *os.File  // the flock on <StateDir>/lock, held until Stop
+	real  *realNode // with Options.RealNode
 
 	mu    sync.Mutex
 	procs []*process // in start order
@@ -102,7 +117,9 @@ func (e *StartError) Unwrap() error { return e.Err }
 
 // Start starts etcd, kube-apiserver, kube-controller-manager,
 // kube-scheduler and kwok, registers one simulated node and waits until it
-// is Ready and schedulable. On failure it stops everything it started and
+// is Ready and schedulable; with Options.RealNode, it also removes what a
+// crashed real node left, starts the real node and waits until it is
+// Ready. On failure it stops everything it started and
 // returns a *StartError (or FindBinaries' error). If another cluster holds
 // the state directory, it fails at once, touching nothing, with an error
 // that matches ErrStateDirInUse and names the holder's process ID. The
@@ -133,6 +150,14 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			c.Stop()
 		}
 	}()
+	if opts.RealNode {
+		if opts.PauseImage == "" {
+			return nil, &StartError{Step: "real node", Err: errors.New("Options.PauseImage is empty: the real node's containerd needs a sandbox image")}
+		}
+		if err := c.prepareRealNode(); err != nil {
+			return nil, err
+		}
+	}
 
 	t := time.Now()
 	if err := c.makeCerts(); err != nil {
@@ -153,10 +178,13 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 
 	// The rest only needs the apiserver: start it all at once.
 	var wg sync.WaitGroup
-	errs := make([]error, 3)
+	errs := make([]error, 4)
 	wg.Go(func() { errs[0] = c.startControllerManager(ctx, client) })
 	wg.Go(func() { errs[1] = c.startScheduler(ctx) })
 	wg.Go(func() { errs[2] = c.startKwokAndNode(ctx, client) })
+	if opts.RealNode {
+		wg.Go(func() { errs[3] = c.startRealNode(ctx, client) })
+	}
 	wg.Wait()
 	for _, e := range errs {
 		if e != nil {
@@ -247,14 +275,17 @@ func (c *Cluster) Healthy() error {
 	return errors.Join(errs...)
 }
 
-// stopTier orders shutdown: clients of the apiserver first, then the
-// apiserver, then etcd, so no component waits on one already gone.
+// stopTier orders shutdown: the kubelet first (so it restarts no
+// container), then the other clients of the apiserver and containerd, then
+// the apiserver, then etcd, so no component waits on one already gone.
 func stopTier(component string) int {
 	switch component {
 	case ComponentEtcd:
 		return 0
 	case ComponentAPIServer:
 		return 1
+	case ComponentKubelet:
+		return 3
 	default:
 		return 2
 	}
@@ -275,7 +306,7 @@ func (c *Cluster) Stop() error {
 			errMu sync.Mutex
 			errs  []error
 		)
-		for tier := 2; tier >= 0; tier-- {
+		for tier := 3; tier >= 0; tier-- {
 			var wg sync.WaitGroup
 			for _, p := range procs {
 				if stopTier(p.name) != tier {
@@ -294,6 +325,11 @@ func (c *Cluster) Stop() error {
 				})
 			}
 			wg.Wait()
+		}
+		// The pods' processes, mounts, cgroups and links, before the
+		// state directory they may hold files of.
+		if err := c.stopRealNode(); err != nil {
+			errs = append(errs, err)
 		}
 		// Remove before unlocking: a cluster waiting for the directory
 		// must never find it half deleted.

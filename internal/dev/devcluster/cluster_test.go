@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+
+	"lull.dev/lull/internal/dev/testenv"
 )
 
 // logWriter sends progress lines to the test log.
@@ -49,13 +51,9 @@ func startCluster(t *testing.T, prefix string) *Cluster {
 	return c
 }
 
-// eventually polls cond every 50ms until it returns nil or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func(context.Context) error) {
-	t.Helper()
-	if err := waitReady(t.Context(), nil, timeout, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
+// eventually is testenv.EventuallyContext: cond gets a context that ends
+// with the wait.
+var eventually = testenv.EventuallyContext
 
 func TestStartRunsPods(t *testing.T) {
 	c := startCluster(t, "")

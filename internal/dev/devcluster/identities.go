@@ -11,6 +11,8 @@ const (
 	mastersGroup  = "system:masters"
 	kcmUser       = "system:kube-controller-manager"
 	schedulerUser = "system:kube-scheduler"
+	// kubeletClientUser is the API server's user towards kubelets.
+	kubeletClientUser = "kube-apiserver-kubelet-client"
 	// frontProxyUser is the only client allowed to assert a user through
 	// request headers (aggregated APIs).
 	frontProxyUser = "front-proxy-client"
@@ -23,6 +25,7 @@ type clusterCerts struct {
 	kcmClient, kcmServing          certFiles
 	schedClient, schedServing      certFiles
 	frontProxy                     certFiles
+	kubeletClient                  certFiles // the apiserver's, for logs and exec
 	saKeyFile, saPubFile           string
 	kcmKubeconfig, schedKubeconfig string
 }
@@ -46,6 +49,12 @@ func (c *Cluster) makeCerts() error {
 		return err
 	}
 	if cc.frontProxy, err = p.client("front-proxy-client", frontProxyUser); err != nil {
+		return err
+	}
+	// The API server's identity towards kubelets (logs, exec, port
+	// forwarding): the real node's kubelet authorizes it by webhook and
+	// allows no anonymous request.
+	if cc.kubeletClient, err = p.client("apiserver-kubelet-client", kubeletClientUser, mastersGroup); err != nil {
 		return err
 	}
 	if cc.kcmClient, err = p.client(ComponentControllerManager+"-client", kcmUser); err != nil {

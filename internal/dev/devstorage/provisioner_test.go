@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
+
+	"lull.dev/lull/internal/dev/testenv"
 )
 
 // testLog sends the provisioner's log lines to the test log.
@@ -43,21 +45,8 @@ func runProvisioner(t *testing.T, cs *fake.Clientset) string {
 	return dir
 }
 
-// eventually polls cond every 20ms for up to 10s.
-func eventually(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// eventually is testenv.Eventually; these tests wait at most 10 s.
+var eventually = testenv.Eventually
 
 // event finds the Event of reason about the object named regarding.
 func event(t *testing.T, cs *fake.Clientset, ns, regarding, reason string) (*eventsv1.Event, error) {
@@ -88,7 +77,7 @@ func TestProvisionsServedClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pv *corev1.PersistentVolume
-	eventually(t, "volume pvc-0b5c created", func() (err error) {
+	eventually(t, 10*time.Second, "volume pvc-0b5c created", func() (err error) {
 		pv, err = cs.CoreV1().PersistentVolumes().Get(t.Context(), "pvc-0b5c", metav1.GetOptions{})
 		return err
 	})
@@ -98,7 +87,7 @@ func TestProvisionsServedClaims(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(dir, "pvc-0b5c")); err != nil || !fi.IsDir() {
 		t.Errorf("volume directory: %v", err)
 	}
-	eventually(t, "ProvisioningSucceeded event", func() error {
+	eventually(t, 10*time.Second, "ProvisioningSucceeded event", func() error {
 		_, err := event(t, cs, "ns", c.Name, ReasonProvisioningSucceeded)
 		return err
 	})
@@ -116,7 +105,7 @@ func TestRefusedClaimGetsWarning(t *testing.T) {
 	dir := runProvisioner(t, cs)
 
 	var e *eventsv1.Event
-	eventually(t, "ProvisioningFailed event", func() (err error) {
+	eventually(t, 10*time.Second, "ProvisioningFailed event", func() (err error) {
 		e, err = event(t, cs, "ns", "block", ReasonProvisioningFailed)
 		return err
 	})
@@ -141,7 +130,7 @@ func TestRetriesFailedCreate(t *testing.T) {
 		return false, nil, nil
 	})
 	runProvisioner(t, cs)
-	eventually(t, "volume created after two failures", func() error {
+	eventually(t, 10*time.Second, "volume created after two failures", func() error {
 		_, err := cs.CoreV1().PersistentVolumes().Get(t.Context(), "pvc-0b5c", metav1.GetOptions{})
 		return err
 	})
@@ -177,7 +166,7 @@ func TestDeletesReleasedVolumes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "released volume deleted", func() error {
+	eventually(t, 10*time.Second, "released volume deleted", func() error {
 		if _, err := cs.CoreV1().PersistentVolumes().Get(t.Context(), released.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("volume still there: %v", err)
 		}
@@ -204,7 +193,7 @@ func TestLeavesForeignDirectory(t *testing.T) {
 	cs := fake.NewClientset(pv)
 	runProvisioner(t, cs)
 	var e *eventsv1.Event
-	eventually(t, "VolumeFailedDelete event", func() (err error) {
+	eventually(t, 10*time.Second, "VolumeFailedDelete event", func() (err error) {
 		e, err = event(t, cs, "default", pv.Name, ReasonVolumeFailedDelete)
 		return err
 	})

@@ -36,10 +36,20 @@ type Image struct {
 	Title   string // org.opencontainers.image.title's description
 }
 
-// Lull is every image lull ships: the controller and the drain sidecar.
+// Lull is every image lull ships: the controller and the lull agent, the
+// drain sidecar.
 var Lull = []Image{
 	{Name: "lull-controller", Package: "./cmd/lull-controller", Title: "lull controller manager"},
-	{Name: "lull-agent", Package: "./cmd/lull-agent", Title: "lull drain sidecar"},
+	{Name: "lull-agent", Package: "./cmd/lull-agent", Title: "lull agent, the drain sidecar"},
+}
+
+// RealNode are the images the local environment's real node runs beside
+// Lull's (docs/real-node.md): the reference runtime, and the sandbox image
+// containerd starts every pod with (no registry here serves the
+// kubelet's pause image).
+var RealNode = []Image{
+	{Name: "example-runtime", Package: "./cmd/example-runtime", Title: "lull reference session runtime"},
+	{Name: "pause", Package: "./internal/dev/images/pause", Title: "sandbox of the local environment's real node"},
 }
 
 // User is the image's user, numeric so that no /etc/passwd is needed and

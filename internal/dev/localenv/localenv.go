@@ -64,6 +64,11 @@ type Options struct {
 	// a goroutine per session pod in this process (see
 	// docs/benchmarks.md, "Fleet mode").
 	Runtimes podprocess.Mode
+	// RealNode adds the real node (containerd, runc and a kubelet on this
+	// machine, docs/real-node.md) with lull's images imported: the pods
+	// of templates placed with OnRealNode run there as real containers.
+	// Linux and root only; the pod runner leaves that node's pods alone.
+	RealNode bool
 }
 
 // Env is a running local environment.
@@ -98,7 +103,26 @@ func Up(ctx context.Context, opts Options) (_ *Env, err error) {
 			return nil, err
 		}
 	}
-	cl, err := devcluster.Start(ctx, devcluster.Options{StateDir: opts.StateDir, Progress: opts.Progress})
+	devOpts := devcluster.Options{StateDir: opts.StateDir, Progress: opts.Progress}
+	if opts.RealNode {
+		if err := devcluster.CheckRealNodeHost(); err != nil {
+			return nil, err
+		}
+		// Before the images are built: a node in use is refused at once.
+		if err := devcluster.CheckRealNodeFree(); err != nil {
+			return nil, err
+		}
+		dir, err := os.MkdirTemp("", "lull-images-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir) // imported into containerd by Start
+		if devOpts.NodeImages, err = buildNodeImages(ctx, dir, opts.Progress); err != nil {
+			return nil, err
+		}
+		devOpts.RealNode, devOpts.PauseImage = true, PauseImage
+	}
+	cl, err := devcluster.Start(ctx, devOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -143,10 +167,18 @@ func Up(ctx context.Context, opts Options) (_ *Env, err error) {
 		Program: func(_ *corev1.Pod, c *corev1.Container) (podprocess.Program, []string) {
 			return referenceRuntime, append(slices.Clone(c.Args), opts.RuntimeArgs...)
 		},
-		Log: logFile(filepath.Join(cl.StateDir, "logs", "pod-runner.log")),
+		Log:      logFile(filepath.Join(cl.StateDir, "logs", "pod-runner.log")),
+		NodeName: cl.NodeName,
 	})
 	if err != nil {
 		return nil, err
+	}
+	if opts.RealNode {
+		// The real node's runtimes (user 65532) journal there through a
+		// hostPath (OnRealNode).
+		if err := os.Chmod(runner.JournalDir(), 0o777); err != nil {
+			return nil, err
+		}
 	}
 	e.Runner = runner
 	runCtx, cancel := context.WithCancel(context.Background())

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/dev/testenv"
 )
 
 // fleetEnv runs pods' runtimes in fleet mode with prog, each given the
@@ -95,7 +96,7 @@ func TestFleetRuntimeGetsWhatItsProcessWould(t *testing.T) {
 	if inv.Transport != shared {
 		t.Errorf("transport %v, want the fleet's", inv.Transport)
 	}
-	eventually(t, "the runtime's output in its pod's log", func() error {
+	eventually(t, 10*time.Second, "the runtime's output in its pod's log", func() error {
 		b, _ := os.ReadFile(filepath.Join(e.dir, "logs", "ns_s-0_uid-1.log"))
 		if !strings.Contains(string(b), "hello from uid-1") {
 			return fmt.Errorf("log %q", b)
@@ -171,7 +172,7 @@ func TestFleetStopCancelsAndWaits(t *testing.T) {
 		return nil
 	}
 	e := fleetEnv(t, prog, runningPod("polite", "uid-1"), runningPod("stuck", "uid-2"))
-	eventually(t, "both runtimes started", func() error {
+	eventually(t, 10*time.Second, "both runtimes started", func() error {
 		if n := strings.Count(e.log.String(), "started in this process"); n != 2 {
 			return fmt.Errorf("%d started", n)
 		}
@@ -188,7 +189,7 @@ func TestFleetStopCancelsAndWaits(t *testing.T) {
 		}
 	}
 	finalized := map[string]time.Time{}
-	eventually(t, "both pods finalized", func() error {
+	eventually(t, 10*time.Second, "both pods finalized", func() error {
 		for _, name := range []string{"polite", "stuck"} {
 			if _, ok := finalized[name]; ok {
 				continue
@@ -226,18 +227,5 @@ func TestModeFlagValue(t *testing.T) {
 	}
 }
 
-// eventually polls cond every 20 ms until it returns nil, for at most 10 s.
-func eventually(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// eventually is testenv.Eventually; these tests wait at most 10 s.
+var eventually = testenv.Eventually

@@ -62,6 +62,11 @@ type Options struct {
 	GracePeriod time.Duration
 	// Log receives one line per process start and stop; may be nil.
 	Log io.Writer
+	// NodeName, when set, is the one node whose pods the runner runs (the
+	// simulated node): a pod bound to another node (the local
+	// environment's real node, whose kubelet runs it) is left alone, its
+	// deletion included. Empty means every node's.
+	NodeName string
 }
 
 // Runner runs host processes for the containers of running session pods.
@@ -249,6 +254,9 @@ func (r *Runner) Run(ctx context.Context) error {
 // Terminating. Each pod's start runs in its own goroutine, as a kubelet
 // has a worker per pod.
 func (r *Runner) sync(ctx context.Context, pod *corev1.Pod) {
+	if r.opts.NodeName != "" && pod.Spec.NodeName != "" && pod.Spec.NodeName != r.opts.NodeName {
+		return // another kubelet's
+	}
 	if pod.DeletionTimestamp != nil {
 		r.finalize(ctx, pod)
 		return

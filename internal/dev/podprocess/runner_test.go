@@ -112,13 +112,19 @@ func newTestEnvWrapped(t *testing.T, opts Options, wrap func(*fake.Clientset) ku
 		client = wrap(cs)
 	}
 	r := newRunner(opts, client)
-	r.backoff, r.backoffMax, r.upAfter, r.listenWait = 200*time.Millisecond, 400*time.Millisecond, 300*time.Millisecond, time.Second
+	r.backoff, r.backoffMax, r.upAfter, r.listenWait = 200*time.Millisecond, 400*time.Millisecond, 300*time.Millisecond, testListenWait
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return &testEnv{r: r, cs: cs, dir: dir, log: log}
 }
+
+// testListenWait is the test runner's bound on an agent sidecar's start:
+// long enough for the test binary re-executed as the agent to listen on a
+// loaded 2-core machine (a second was not), short enough for a test of an
+// agent that never listens (TestSilentAgentFailsTheStart shortens it).
+var testListenWait = 5 * time.Second
 
 // testLog passes the runner's log to the test's and keeps it.
 type testLog struct {
@@ -392,4 +398,39 @@ func (s slowServiceAccounts) CreateToken(ctx context.Context, name string, tr *a
 		s.hang(tr.Spec.BoundObjectRef.Name)
 	}
 	return s.ServiceAccountInterface.CreateToken(ctx, name, tr, opts)
+}
+
+// A runner for one node starts nothing for a pod bound to another node
+// (the real node's kubelet runs it) and never finishes its deletion, while
+// it runs the pods of its own node.
+func TestRunnerLeavesPodsOfAnotherNodeAlone(t *testing.T) {
+	dir := t.TempDir()
+	mine, theirs := runningPod("s-0", "uid-1"), runningPod("s-1", "uid-2")
+	mine.Spec.NodeName, theirs.Spec.NodeName = "kwok-node-0", "real-node"
+	e := newTestEnvWith(t, Options{NodeName: "kwok-node-0", Command: func(pod *corev1.Pod, _ *corev1.Container) (string, []string) {
+		return "/bin/sh", []string{"-c", "touch " + filepath.Join(dir, pod.Name) + "; exec sleep 60"}
+	}}, []*corev1.Pod{mine, theirs})
+
+	deadline := time.Now().Add(10 * time.Second)
+	for _, err := os.Stat(filepath.Join(dir, "s-0")); err != nil; _, err = os.Stat(filepath.Join(dir, "s-0")) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pod of the runner's own node never started: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p, err := e.cs.CoreV1().Pods("ns").Get(t.Context(), "s-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.DeletionTimestamp = ptrTime(metav1.Now())
+	if _, err := e.cs.CoreV1().Pods("ns").Update(t.Context(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if _, err := os.Stat(filepath.Join(dir, "s-1")); err == nil {
+		t.Error("the runner started a process for a pod bound to another node")
+	}
+	if _, err := e.cs.CoreV1().Pods("ns").Get(t.Context(), "s-1", metav1.GetOptions{}); err != nil {
+		t.Errorf("the runner finished the deletion of a pod bound to another node: %v", err)
+	}
 }

@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/drainsidecar"
+	"lull.dev/lull/internal/agent"
 )
 
 // listenWait bounds how long the runner waits for the agent sidecar to
@@ -90,9 +90,9 @@ func (r *Runner) waitListening(ctx context.Context, p *proc, a *container, netwo
 
 // listenAddress returns where an agent run with args listens, as the agent
 // reads its --listen flag: ("unix", path) for unix:///path, else ("tcp",
-// host:port); drainsidecar.DefaultListen without the flag.
+// host:port); agent.DefaultListen without the flag.
 func listenAddress(args []string) (network, addr string) {
-	addr = drainsidecar.DefaultListen
+	addr = agent.DefaultListen
 	for i, a := range args {
 		if v, ok := strings.CutPrefix(a, "--listen="); ok {
 			addr = v

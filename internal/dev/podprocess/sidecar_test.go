@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/internal/drainsidecar"
+	"lull.dev/lull/internal/agent"
 )
 
 // agentHelper, as the first argument of the test binary, makes it stand in
@@ -282,6 +282,8 @@ func TestAgentCrashIsRestarted(t *testing.T) {
 // An agent that does not listen within the bound fails the start: it is
 // stopped, the runtime is not started, and the start is retried.
 func TestSilentAgentFailsTheStart(t *testing.T) {
+	defer func(d time.Duration) { testListenWait = d }(testListenWait)
+	testListenWait = time.Second
 	e, events := sidecarEnv(t, "silent")
 	waitEvent(t, events, "agent listening", 2) // started again
 	if want := "agent sidecar not listening on " + filepath.Join(e.r.volumeDir("uid-1"), lullv1.AgentSocketVolume, "agent.sock") + " after 1s"; !strings.Contains(e.log.String(), want) {
@@ -300,7 +302,7 @@ func TestListenAddress(t *testing.T) {
 		{[]string{"--listen=unix:///h/sock/agent.sock", "--state-file=/x"}, "unix", "/h/sock/agent.sock"},
 		{[]string{"--listen", "unix:///h/agent.sock"}, "unix", "/h/agent.sock"},
 		{[]string{"--listen=127.0.0.1:9000"}, "tcp", "127.0.0.1:9000"},
-		{nil, "tcp", drainsidecar.DefaultListen},
+		{nil, "tcp", agent.DefaultListen},
 	} {
 		if network, addr := listenAddress(tc.args); network != tc.network || addr != tc.addr {
 			t.Errorf("listenAddress(%q) = %s %s, want %s %s", tc.args, network, addr, tc.network, tc.addr)

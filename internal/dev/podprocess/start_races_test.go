@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,7 +23,7 @@ func TestPodRemovedDuringItsStartKeepsNoProcesses(t *testing.T) {
 	// the informer's list and its watch would never reach the runner. A
 	// pod created once the watch is recorded, and seen in the informer's
 	// store, shows the watch runs.
-	eventually(t, "the runner's pod watch", func() error {
+	eventually(t, 10*time.Second, "the runner's pod watch", func() error {
 		for _, a := range e.cs.Actions() {
 			if a.GetVerb() == "watch" && a.GetResource().Resource == "pods" {
 				return nil
@@ -35,7 +36,7 @@ func TestPodRemovedDuringItsStartKeepsNoProcesses(t *testing.T) {
 	if _, err := e.cs.CoreV1().Pods("ns").Create(t.Context(), probe, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "probe-0 seen by the runner's watch", func() error {
+	eventually(t, 10*time.Second, "probe-0 seen by the runner's watch", func() error {
 		e.r.mu.Lock()
 		store := e.r.pods
 		e.r.mu.Unlock()
@@ -55,14 +56,14 @@ func TestPodRemovedDuringItsStartKeepsNoProcesses(t *testing.T) {
 	}
 	// The removal has been handled once its emptyDir volumes are gone
 	// (the handler stops the pod, then removes them).
-	eventually(t, "slow-0's removal handled", func() error {
+	eventually(t, 10*time.Second, "slow-0's removal handled", func() error {
 		if _, err := os.Stat(e.r.volumeDir(pod.UID)); !os.IsNotExist(err) {
 			return fmt.Errorf("its volumes are still there (%v)", err)
 		}
 		return nil
 	})
 	gate.open()
-	eventually(t, "slow-0's start finished", func() error {
+	eventually(t, 10*time.Second, "slow-0's start finished", func() error {
 		e.r.mu.Lock()
 		defer e.r.mu.Unlock()
 		if e.r.starting[pod.UID] {

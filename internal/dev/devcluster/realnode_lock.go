@@ -1,0 +1,110 @@
+package devcluster
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// machineLockPath is the machine-wide lock of the real node: the host
+// paths a node writes (docs/real-node.md) are the machine's, so one real
+// node runs on a machine at a time. The file stays after the node stops:
+// it records the last holder, so the next start knows that what it finds
+// in /var/lib/kubelet is a lull node's.
+var machineLockPath = "/run/lull-real-node.lock"
+
+// ErrRealNodeInUse is returned (wrapped) by Start with RealNode when
+// another process runs this machine's real node.
+var ErrRealNodeInUse = errors.New("the machine's real node is in use")
+
+// machineHolder is what the lock file records: the process that holds
+// (or last held) the real node and its state directory.
+type machineHolder struct {
+	PID, StateDir string
+}
+
+func (h machineHolder) encode() string {
+	return "pid " + h.PID + "\nstate " + h.StateDir + "\n"
+}
+
+// decodeHolder reads the lock file's record; missing fields stay empty.
+func decodeHolder(s string) machineHolder {
+	var h machineHolder
+	for line := range strings.SplitSeq(s, "\n") {
+		k, v, _ := strings.Cut(line, " ")
+		switch k {
+		case "pid":
+			h.PID = v
+		case "state":
+			h.StateDir = v
+		}
+	}
+	return h
+}
+
+// realNodeInUseError names the holder and how to stop it.
+type realNodeInUseError struct{ holder machineHolder }
+
+func (e *realNodeInUseError) Error() string {
+	pid, dir := e.holder.PID, e.holder.StateDir
+	if pid == "" {
+		pid = "unknown"
+	}
+	if dir == "" {
+		dir = "unknown"
+	}
+	return fmt.Sprintf("devcluster: this machine's real node is in use by another lull dev (pid %s, state dir %s); one real node runs per machine: stop that one (Ctrl-C in its terminal, or kill %s) or start without --real-node", pid, dir, pid)
+}
+
+func (e *realNodeInUseError) Is(target error) bool { return target == ErrRealNodeInUse }
+
+// lockMachine takes the machine lock without blocking and records this
+// process and stateDir in it. It returns the lock (held until closed or
+// this process exits) and the previous holder's record, empty if no real
+// node ever ran since boot.
+func lockMachine(stateDir string) (*os.File, machineHolder, error) {
+	f, err := os.OpenFile(machineLockPath, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, machineHolder{}, fmt.Errorf("open %s: %w (the real node needs root: run as root, or start without --real-node)", machineLockPath, err)
+	}
+	held, err := tryLock(f)
+	if err != nil {
+		f.Close()
+		return nil, machineHolder{}, fmt.Errorf("lock %s: %w", machineLockPath, err)
+	}
+	b, _ := os.ReadFile(machineLockPath)
+	prev := decodeHolder(string(b))
+	if held {
+		f.Close()
+		return nil, machineHolder{}, &realNodeInUseError{holder: prev}
+	}
+	me := machineHolder{PID: fmt.Sprint(os.Getpid()), StateDir: stateDir}
+	if err := f.Truncate(0); err == nil {
+		_, err = f.WriteAt([]byte(me.encode()), 0)
+	}
+	if err != nil {
+		f.Close()
+		return nil, machineHolder{}, fmt.Errorf("write %s: %w", machineLockPath, err)
+	}
+	return f, prev, nil
+}
+
+// CheckRealNodeFree returns an error matching ErrRealNodeInUse, naming
+// the holder, if another process runs this machine's real node now; nil
+// otherwise. It holds nothing: Start takes the lock for itself (and may
+// still find it taken). It lets a caller refuse before slow preparations,
+// such as building the node's images.
+func CheckRealNodeFree() error {
+	f, err := os.Open(machineLockPath)
+	if err != nil {
+		return nil // no real node ever ran, or Start will name the problem
+	}
+	defer f.Close() // releases the lock if tryLock took it
+	held, err := tryLock(f)
+	if err != nil || !held {
+		return nil
+	}
+	b, _ := os.ReadFile(machineLockPath)
+	return &realNodeInUseError{holder: decodeHolder(string(b))}
+}

@@ -1,0 +1,118 @@
+// The controller's record of a runtime start it has seen
+// (status.startedPodUID, status.startedReportTime, status.startedRunTime):
+// evidence that a later
+// write to status.runtime cannot erase.
+
+package rollout
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+)
+
+// startSeen reports whether the session's status shows that the pod's
+// runtime has started: its report names the pod, or the controller
+// recorded a start of it (status.startedPodUID).
+func startSeen(pod *corev1.Pod, st lullv1.SessionStatus) bool {
+	return st.StartedPodUID == pod.UID || (st.Runtime != nil && st.Runtime.PodUID == pod.UID)
+}
+
+// kubeletShowsStart reports whether the kubelet's status shows that the
+// pod's runtime container has run: a running or terminated state, now or
+// before, or a restart. The kubelet never takes that back, so it needs no
+// record; it may publish it late.
+func kubeletShowsStart(pod *corev1.Pod) bool {
+	c := runtimeStatus(pod)
+	return c != nil && (c.RestartCount > 0 || c.State.Running != nil || c.State.Terminated != nil ||
+		c.LastTerminationState.Running != nil || c.LastTerminationState.Terminated != nil)
+}
+
+// RecordStart reports whether o's status write must not wait: the
+// session's report is the only evidence that its pod's runtime runs, so a
+// write to status.runtime could erase it, and the controller has not
+// recorded it yet. That is a report naming the pod while the kubelet shows
+// no start, or one written after a termination the record predates while
+// the kubelet still shows the container backing off (a restart it has not
+// yet published). Otherwise the record rides on the next status write
+// that happens anyway, and so does dropping the record of a pod that is
+// no longer the session's: it is evidence of nothing about its successor.
+func RecordStart(o Observed) bool {
+	pod := o.Pod
+	if pod == nil {
+		return false
+	}
+	rec := startRecordOf(o)
+	st := o.Session.Status
+	if rec.PodUID == "" || (rec.PodUID == st.StartedPodUID && equality.Semantic.DeepEqual(rec.ReportTime, st.StartedReportTime) &&
+		equality.Semantic.DeepEqual(rec.RunTime, st.StartedRunTime)) {
+		return false
+	}
+	return !kubeletShowsStart(pod) || (renewsRecord(o) && backingOff(pod))
+}
+
+// startRecord is the controller's record of a start: status.startedPodUID,
+// status.startedReportTime and status.startedRunTime.
+type startRecord struct {
+	PodUID     types.UID
+	ReportTime *metav1.Time
+	RunTime    *metav1.Time
+}
+
+// startRecordOf returns the record of a start o's status must hold: the pod,
+// once its report has been seen (kept while it is the session's pod), and
+// the write time and run start of the report it rests on (see
+// SessionStatus.StartedReportTime, StartedRunTime); all empty when no
+// start is seen.
+func startRecordOf(o Observed) startRecord {
+	pod, st := o.Pod, o.Session.Status
+	if pod == nil || !startSeen(pod, st) {
+		return startRecord{}
+	}
+	rec := startRecord{PodUID: pod.UID, ReportTime: st.StartedReportTime, RunTime: st.StartedRunTime}
+	if st.StartedPodUID != pod.UID {
+		rec.ReportTime, rec.RunTime = nil, nil
+		if r := st.Runtime; r != nil && r.PodUID == pod.UID && !o.ReportWrittenAt.IsZero() {
+			rec.ReportTime, rec.RunTime = reportTimes(o)
+		}
+	}
+	if renewsRecord(o) {
+		rec.ReportTime, rec.RunTime = reportTimes(o)
+	}
+	return rec
+}
+
+// reportTimes returns the times of o's report a record rests on: when the
+// API server saw it written, to the second, and its startedAt (nil if it
+// carries none).
+func reportTimes(o Observed) (*metav1.Time, *metav1.Time) {
+	written := &metav1.Time{Time: o.ReportWrittenAt.Truncate(time.Second)}
+	var run *metav1.Time
+	if s := o.Session.Status.Runtime.StartedAt; s != nil {
+		run = &metav1.Time{Time: s.Truncate(time.Second)}
+	}
+	return written, run
+}
+
+// renewsRecord reports whether the session's report, naming its pod and
+// from a run after the runtime container's last termination (reportSince),
+// is evidence of a restarted runtime that the record (recorded for the
+// pod, from a run no later than that termination: recordSince) does not
+// hold yet.
+func renewsRecord(o Observed) bool {
+	pod, st := o.Pod, o.Session.Status
+	r := st.Runtime
+	if st.StartedPodUID != pod.UID || r == nil || r.PodUID != pod.UID || o.ReportWrittenAt.IsZero() {
+		return false
+	}
+	finished, terminated := lastTermination(runtimeStatus(pod))
+	if !terminated || !reportSince(pod, r, o.ReportWrittenAt, finished) {
+		return false
+	}
+	return !recordSince(pod, st, finished)
+}
