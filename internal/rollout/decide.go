@@ -185,7 +185,8 @@ type Action struct {
 //     StatefulSet controller would create from it is started, and no
 //     drain leading to one is requested or left outstanding; the session
 //     waits with reason ImageNotAllowed (withholdOnRefusedImage). An idle
-//     cull and a suspension go on; a committed replacement is held, not
+//     cull (its drain and the commitment of the cull itself, not another
+//     replacement committed under its drain) and a suspension go on; a committed replacement is held, not
 //     finished by its delete, until the image is allowed.
 func Decide(o Observed, j lifecycle.Judgement) Action {
 	return withholdOnRefusedImage(o, decideRules(o, j))

@@ -16,7 +16,8 @@ import (
 // Lifetime, Manual) is requested; one outstanding is withdrawn, so a
 // runtime that drained reopens, as its pod is not replaced. The session
 // waits with reason ImageNotAllowed. What creates no pod goes on: an idle
-// cull (it suspends or deletes the session) and a suspension (Replicas
+// cull (its drain, and the commitment of its cull, CommitsCull: it
+// suspends or deletes the session) and a suspension (Replicas
 // scales every committed pod of a suspended session away).
 //
 // A replacement already committed (status.replacement), a cull's that is
@@ -44,9 +45,24 @@ func withholdOnRefusedImage(o Observed, a Action) Action {
 		return a
 	case a.Kind != Commit && a.Replacement != nil:
 		return a // committed already
-	case a.Drain != nil && a.Drain.Reason == lullv1.DrainReasonIdle:
+	case a.Drain != nil && a.Drain.Reason == lullv1.DrainReasonIdle && (a.Kind != Commit || CommitsCull(a)):
+		// The idle drain itself, and the commitment of its cull. Any other
+		// commitment made while an idle drain is outstanding (a failed or
+		// never-started pod, a force-update) is a replacement like any
+		// other: its delete has the StatefulSet create the successor.
 		return a
 	}
 	return Action{Kind: Wait, Reason: lullv1.ReasonImageNotAllowed,
 		Message: fmt.Sprintf("%s; pod %s is not replaced, as its successor would run that image, until the catalog lists it or the StatefulSet holds one it lists (`lull catalog`)", o.ImageRefused, o.Pod.Name)}
+}
+
+// CommitsCull reports whether a commits an idle cull: the replacement of a
+// pod whose runtime answered its Idle drain request. Its pod goes with the
+// session, suspended (the StatefulSet scaled to zero) or deleted, and no
+// successor is created from the StatefulSet's template; every other Commit
+// is finished by deleting the pod, after which the StatefulSet controller
+// creates its successor.
+func CommitsCull(a Action) bool {
+	return a.Kind == Commit && a.Drain != nil && a.Drain.Reason == lullv1.DrainReasonIdle &&
+		a.Replacement != nil && a.Replacement.Reason == lullv1.ReplacementDrained && a.Replacement.RequestID == a.Drain.RequestID
 }

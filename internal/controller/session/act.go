@@ -41,7 +41,7 @@ func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, j lifecycl
 			a.Kind, a.Reason = rollout.Wait, lullv1.ReasonSuspending
 			return a, true, nil
 		}
-		if a.Drain != nil && a.Drain.Reason == lullv1.DrainReasonIdle && a.Replacement != nil && a.Replacement.Reason == lullv1.ReplacementDrained {
+		if rollout.CommitsCull(a) {
 			// An idle cull's drained pod goes with the session: the next
 			// step suspends it (the StatefulSet is scaled to zero) or
 			// deletes it (rollout.Decide, finishCull), or, if activity
