@@ -40,7 +40,9 @@ type Brake struct {
 // not been True for progressDeadlineSeconds; a session left with no pod
 // for that long counts as failing too, unless it waits for the template's
 // files ConfigMap (lullv1.ReasonFilesNotReady) or a ResourceQuota refuses
-// its pod (lullv1.ReasonPodQuotaExceeded): neither is the revision's. A
+// its pod (lullv1.ReasonPodQuotaExceeded), or it is held back by its
+// predecessor's objects (lullv1.ReasonPredecessorTerminating) or a name
+// another owner holds (lullv1.ReasonNameConflict): none is the revision's. A
 // session whose pod is terminating (lullv1.ReasonPodTerminating,
 // lullv1.ReasonPodStuckTerminating: its node lost, a foreign finalizer, a
 // delete by someone else) is not counted either. Once the brake stops a
@@ -80,6 +82,14 @@ func DecideBrake(t *lullv1.SessionTemplate, rev string, sessions []lullv1.Sessio
 			// namespace's capacity, which any revision meets alike, and
 			// the session's condition names the quota. Pausing the
 			// revision would outlast the quota being raised.
+			continue
+		}
+		if hasConditionReason(s, lullv1.ConditionUpToDate, lullv1.ReasonPredecessorTerminating) ||
+			hasConditionReason(s, lullv1.ConditionUpToDate, lullv1.ReasonNameConflict) {
+			// It is held back before anything is rendered: by the objects
+			// a Session of its name left (a pod stuck on a lost node, say)
+			// or by a name another owner holds. No pod of any revision was
+			// made for it, and its condition names the cause.
 			continue
 		}
 		if hasConditionReason(s, lullv1.ConditionUpToDate, lullv1.ReasonPodTerminating) ||

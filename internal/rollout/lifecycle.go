@@ -34,7 +34,7 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 	s, pod, cur := o.Session, o.Pod, o.Session.Status.Drain
 	if cur != nil && cur.PodUID == pod.UID {
 		switch {
-		case cur.Reason == lullv1.DrainReasonIdle && stale && updateHasDeadline(o.Policy) && !committedFor(s, cur):
+		case cur.Reason == lullv1.DrainReasonIdle && stale && updateTakesOver(o) && !committedFor(s, cur):
 			// The update of a stale pod has a deadline (Replace, onDrainTimeout
 			// Replace, a break-glass): it takes over from an idle drain,
 			// which has none and must not hold a security fix off.
@@ -89,7 +89,7 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 		// raised or removed) is withdrawn by the caller's step.
 	}
 	switch {
-	case j.CullDue && stale && o.Admitted && updateHasDeadline(o.Policy):
+	case j.CullDue && stale && o.Admitted && updateTakesOver(o):
 		// The update, with its deadline, goes first (see above).
 		return Action{}, false
 	case j.CullDue:
@@ -128,6 +128,16 @@ func decideLifecycle(o Observed, j lifecycle.Judgement, stale bool) (Action, boo
 		return a, true
 	}
 	return Action{}, false
+}
+
+// updateTakesOver reports whether the update of a stale pod goes before
+// its idle cull: it has a deadline (Replace, onDrainTimeout Replace, a
+// break-glass), which an idle drain has not, and it can be made. While the
+// catalog refuses the StatefulSet's image the update is withheld (rule 9,
+// withholdOnRefusedImage), and were it to take over, neither would go on:
+// the cull, which starts no pod, goes on instead.
+func updateTakesOver(o Observed) bool {
+	return updateHasDeadline(o.Policy) && o.ImageRefused == ""
 }
 
 // idleDrain is the step of a session with an Idle drain request for its

@@ -7,6 +7,7 @@ import (
 
 	"lull.dev/lull/internal/files"
 	"lull.dev/lull/internal/render"
+	"lull.dev/lull/internal/rollout"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -62,11 +63,19 @@ func (r *Reconciler) waitForFiles(ctx context.Context, key types.NamespacedName,
 	if !errors.As(err, &notReady) {
 		return r.renderFailed(ctx, s, err)
 	}
-	if !hasConditionReason(s, lullv1.ConditionUpToDate, lullv1.ReasonFilesNotReady) {
-		now := r.now()
+	pod, err := r.pod(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	now := r.now()
+	o := rollout.Observed{Now: now, Session: s, Pod: pod, ReportWrittenAt: ReportWrittenAt(s)}
+	if !hasConditionReason(s, lullv1.ConditionUpToDate, lullv1.ReasonFilesNotReady) && !rollout.RecordStart(o) {
+		// A start seen only in the runtime's report is recorded at once
+		// (the blocked status carries it), as the rollout step's settle
+		// does: the report can be overwritten while the wait settles.
 		if wait := r.passing.since(key.String(), s.UID, lullv1.ReasonFilesNotReady, now).Add(SettleDelay).Sub(now); wait > 0 {
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
 	}
-	return r.blocked(ctx, s, lullv1.ReasonFilesNotReady, notReady.Error())
+	return r.blockedWith(ctx, s, pod, lullv1.ReasonFilesNotReady, notReady.Error())
 }
