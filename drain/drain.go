@@ -15,13 +15,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/mergepatch"
 )
 
 // digestLen is the number of hex characters of the SHA-256 digest kept in a
@@ -133,42 +133,20 @@ type reportPatch struct {
 //
 // A merge patch keeps every key of the stored object it does not mention,
 // so the patch names each field of the report, an empty optional one as
-// null: status.runtime then holds exactly r, not r merged over the previous
-// report (a Serving report would otherwise keep the request ID of a
-// withdrawn drain request, and a new pod's report the last activity of the
-// old one).
+// null (mergepatch.Whole): status.runtime then holds exactly r, not r
+// merged over the previous report (a Serving report would otherwise keep
+// the request ID of a withdrawn drain request, and a new pod's report the
+// last activity of the old one).
 func EncodeReport(r *lullv1.RuntimeReport) ([]byte, error) {
 	if err := Validate(r); err != nil {
 		return nil, err
 	}
-	b, err := json.Marshal(r)
+	runtime, err := mergepatch.Whole(r)
 	if err != nil {
 		return nil, err
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(b, &fields); err != nil {
-		return nil, err
-	}
-	for _, k := range reportKeys {
-		if _, ok := fields[k]; !ok {
-			fields[k] = json.RawMessage("null")
-		}
-	}
-	return json.Marshal(map[string]map[string]map[string]json.RawMessage{"status": {"runtime": fields}})
+	return json.Marshal(map[string]map[string]json.RawMessage{"status": {"runtime": runtime}})
 }
-
-// reportKeys are the JSON keys of every field of a RuntimeReport.
-var reportKeys = func() []string {
-	t := reflect.TypeFor[lullv1.RuntimeReport]()
-	var keys []string
-	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		if name != "" && name != "-" {
-			keys = append(keys, name)
-		}
-	}
-	return keys
-}()
 
 // DecodeReport parses a patch made by EncodeReport and validates the report
 // in it. Unknown fields are an error: a runtime writes only status.runtime.

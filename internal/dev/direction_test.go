@@ -112,7 +112,7 @@ func TestProductionImportsNoHarnessThroughAnotherPackage(t *testing.T) {
 // leaked in). A package lands in a list only if it is that binary's.
 var binaries = map[string]map[string]bool{
 	"lull.dev/lull/cmd/lull-controller": set(
-		"lull.dev/lull/api/v1alpha1", "lull.dev/lull/drain", "lull.dev/lull/internal/catalog",
+		"lull.dev/lull/api/v1alpha1", "lull.dev/lull/drain", "lull.dev/lull/internal/mergepatch", "lull.dev/lull/internal/catalog",
 		"lull.dev/lull/internal/controller/filesweep", "lull.dev/lull/internal/orphan",
 		"lull.dev/lull/internal/controller/session", "lull.dev/lull/internal/controller/template",
 		"lull.dev/lull/internal/controllercmd", "lull.dev/lull/internal/files", "lull.dev/lull/internal/index",
@@ -120,13 +120,13 @@ var binaries = map[string]map[string]bool{
 		"lull.dev/lull/internal/render", "lull.dev/lull/internal/requestmetrics", "lull.dev/lull/internal/rollout",
 		"lull.dev/lull/internal/version", "lull.dev/lull/cmd/lull-controller"),
 	"lull.dev/lull/cmd/lull-agent": set(
-		"lull.dev/lull/api/v1alpha1", "lull.dev/lull/drain", "lull.dev/lull/runtimesdk",
+		"lull.dev/lull/api/v1alpha1", "lull.dev/lull/drain", "lull.dev/lull/internal/mergepatch", "lull.dev/lull/runtimesdk",
 		"lull.dev/lull/internal/agent", "lull.dev/lull/internal/version",
 		"lull.dev/lull/cmd/lull-agent"),
 	// The operator CLI, `kubectl lull`. It reaches the controller's
 	// packages through manager.Scheme.
 	"lull.dev/lull/cmd/kubectl-lull": set(
-		"lull.dev/lull/api/v1alpha1", "lull.dev/lull/drain", "lull.dev/lull/internal/catalog",
+		"lull.dev/lull/api/v1alpha1", "lull.dev/lull/drain", "lull.dev/lull/internal/mergepatch", "lull.dev/lull/internal/catalog",
 		"lull.dev/lull/internal/controller/filesweep", "lull.dev/lull/internal/orphan",
 		"lull.dev/lull/internal/controller/session", "lull.dev/lull/internal/controller/template",
 		"lull.dev/lull/internal/files", "lull.dev/lull/internal/index", "lull.dev/lull/internal/lifecycle", "lull.dev/lull/internal/manager",

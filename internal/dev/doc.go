@@ -6,6 +6,8 @@
 // install (applies the shipped manifests), localenv and demo (`lull dev`),
 // bench (`lull bench`), scenario, audit and journal (the end-to-end
 // scenarios, the independent auditor and the runtimes' turn journals),
+// suite (the start and stop of the plane the e2e, fleet and real-node
+// suites run on),
 // testenv (the helpers tests in several packages share: polling and the
 // fake clients' scheme), and devcmd (the commands of the dev binary,
 // lull).

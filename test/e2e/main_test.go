@@ -7,20 +7,14 @@
 package e2e
 
 import (
-	"context"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
-	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"lull.dev/lull/internal/dev/audit"
 	"lull.dev/lull/internal/dev/localenv"
-	"lull.dev/lull/internal/dev/scenario"
+	"lull.dev/lull/internal/dev/suite"
 )
 
 var (
@@ -31,49 +25,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctrllog.SetLogger(logr.Discard())
-	dir, err := os.MkdirTemp("", "lull-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	bin := filepath.Join(dir, "lull")
-	lullBin = bin
-	build := exec.Command("go", "build", "-o", bin, "lull.dev/lull/cmd/lull")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: build lull:", err)
-		return 1
-	}
-	ctx := context.Background()
 	// The files sweeper passes every second and waits 2 s after a change, so
 	// TestFilesSweptOnlyWhenUnneeded sees many sweeps in little time.
-	env, err = localenv.Up(ctx, localenv.Options{StateDir: filepath.Join(dir, "state"), Progress: os.Stderr, LullBinary: bin,
-		ControllerArgs: []string{"--files-sweep-interval=1s", "--files-sweep-grace=2s"}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		return 1
-	}
-	defer env.Down()
-	if c, err = scenario.NewClient(env.Cluster.Config); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		return 1
-	}
-	auditCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if auditor, err = audit.Start(auditCtx, env.Cluster.EtcdURL); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		return 1
-	}
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "e2e: state and logs kept in %s\n", dir)
-		return code
-	}
-	_ = os.RemoveAll(dir)
-	return code
+	os.Exit(suite.Run(m, suite.Options{Name: "e2e", Audit: true,
+		Env:     localenv.Options{ControllerArgs: []string{"--files-sweep-interval=1s", "--files-sweep-grace=2s"}},
+		Started: func(p suite.Plane) { env, c, auditor, lullBin = p.Env, p.Client, p.Auditor, p.LullBinary },
+	}))
 }

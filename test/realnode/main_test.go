@@ -11,21 +11,16 @@
 package realnode
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
-	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"lull.dev/lull/internal/dev/audit"
 	"lull.dev/lull/internal/dev/devcluster"
 	"lull.dev/lull/internal/dev/localenv"
-	"lull.dev/lull/internal/dev/scenario"
+	"lull.dev/lull/internal/dev/suite"
 )
 
 var (
@@ -42,61 +37,26 @@ var (
 const requireEnv = "LULL_REQUIRE_REAL_NODE"
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	if unavailable = devcluster.CheckRealNodeHost(); unavailable != nil {
+		os.Exit(m.Run()) // every test skips or fails with the reason
+	}
+	os.Exit(suite.Run(m, suite.Options{Name: "realnode", Audit: true,
+		Env: localenv.Options{RealNode: true},
+		// A plane that does not stop cleanly may leave the real node's
+		// processes, mounts or cgroups behind.
+		StopMustSucceed: true,
+		AfterStop:       realNodeLeftNothing,
+		Started:         func(p suite.Plane) { env, c, auditor = p.Env, p.Client, p.Auditor },
+	}))
 }
 
-func run(m *testing.M) int {
-	ctrllog.SetLogger(logr.Discard())
-	if unavailable = devcluster.CheckRealNodeHost(); unavailable != nil {
-		return m.Run() // every test skips or fails with the reason
-	}
-	dir, err := os.MkdirTemp("", "lull-realnode-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	bin := filepath.Join(dir, "lull")
-	build := exec.Command("go", "build", "-o", bin, "lull.dev/lull/cmd/lull")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "realnode: build lull:", err)
-		return 1
-	}
-	ctx := context.Background()
-	env, err = localenv.Up(ctx, localenv.Options{StateDir: filepath.Join(dir, "state"), Progress: os.Stderr, LullBinary: bin, RealNode: true})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "realnode:", err)
-		return 1
-	}
-	code := func() int {
-		if c, err = scenario.NewClient(env.Cluster.Config); err != nil {
-			fmt.Fprintln(os.Stderr, "realnode:", err)
-			return 1
-		}
-		auditCtx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		if auditor, err = audit.Start(auditCtx, env.Cluster.EtcdURL); err != nil {
-			fmt.Fprintln(os.Stderr, "realnode:", err)
-			return 1
-		}
-		return m.Run()
-	}()
-	if err := env.Down(); err != nil {
-		fmt.Fprintln(os.Stderr, "realnode: stop:", err)
-		code = 1
-	}
-	// The plane is stopped: nothing the real node wrote outside the state
-	// directory may be left on the machine.
+// realNodeLeftNothing fails when, the plane stopped, anything the real
+// node wrote outside the state directory is left on the machine.
+func realNodeLeftNothing() error {
 	if left, err := devcluster.RealNodeLeftovers(); left != "" || err != nil {
-		fmt.Fprintf(os.Stderr, "realnode: after the plane stopped, the real node left %s (%v)\n", left, err)
-		code = 1
+		return fmt.Errorf("after the plane stopped, the real node left %s (%v)", left, err)
 	}
-	if code == 0 {
-		os.RemoveAll(dir)
-	} else {
-		fmt.Fprintln(os.Stderr, "realnode: state and logs kept in", dir)
-	}
-	return code
+	return nil
 }
 
 // requireNode skips the test (fails it under LULL_REQUIRE_REAL_NODE=1)

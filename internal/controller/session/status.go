@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"reflect"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/mergepatch"
 	"lull.dev/lull/internal/rollout"
 )
 
@@ -56,36 +55,17 @@ func ownedPart(st lullv1.SessionStatus) controllerStatus {
 }
 
 // wholeObject encodes a nested object of the status for a JSON merge patch
-// so that it replaces the stored object whole: every field of v's struct is
-// present, an empty one as null. A merge patch keeps every key it does not
-// mention, so a Manual request written over an Update one would otherwise
-// keep the Update's revision, and the controller would find its status
-// different on every reconcile and patch it again, forever. A nil v is
-// null, which removes the object.
+// so that it replaces the stored object whole (mergepatch.Whole). A merge
+// patch keeps every key it does not mention, so a Manual request written
+// over an Update one would otherwise keep the Update's revision, and the
+// controller would find its status different on every reconcile and patch
+// it again, forever. A nil v is null, which removes the object.
 func wholeObject[T any](v *T) json.RawMessage {
-	if v == nil {
-		return json.RawMessage("null")
-	}
-	b, err := json.Marshal(v)
+	b, err := mergepatch.Whole(v)
 	if err != nil {
-		panic(err) // API types always marshal
+		panic(err) // API types always marshal, and have no embedded fields
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(b, &fields); err != nil {
-		panic(err)
-	}
-	t := reflect.TypeFor[T]()
-	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		if _, ok := fields[name]; !ok && name != "" && name != "-" {
-			fields[name] = json.RawMessage("null")
-		}
-	}
-	out, err := json.Marshal(fields)
-	if err != nil {
-		panic(err)
-	}
-	return out
+	return b
 }
 
 // writeStatus patches the controller's part of the session status when it

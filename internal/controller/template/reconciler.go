@@ -16,8 +16,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"reflect"
-	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +38,7 @@ import (
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/catalog"
 	"lull.dev/lull/internal/index"
+	"lull.dev/lull/internal/mergepatch"
 	"lull.dev/lull/internal/rollout"
 )
 
@@ -287,26 +286,15 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 // or wave is written as null, not left out (a merge patch keeps what it
 // does not mention).
 func statusPatch(st lullv1.SessionTemplateStatus, resourceVersion string) ([]byte, error) {
-	b, err := json.Marshal(st)
-	if err != nil {
-		return nil, err
-	}
-	fields := map[string]any{}
-	if err := json.Unmarshal(b, &fields); err != nil {
-		return nil, err
-	}
 	// A merge patch keeps every key it does not mention: a field left out
 	// as empty (omitempty) is written as null, which removes it, so a
 	// count back at 0, a pause lifted or a completion time withdrawn
 	// reaches the API server.
-	t := reflect.TypeFor[lullv1.SessionTemplateStatus]()
-	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		if _, ok := fields[name]; !ok && name != "" && name != "-" {
-			fields[name] = nil
-		}
+	status, err := mergepatch.Whole(&st)
+	if err != nil {
+		return nil, err
 	}
-	return json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": resourceVersion}, "status": fields})
+	return json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": resourceVersion}, "status": status})
 }
 
 // SetupWithManager registers the reconciler; a session change that can
