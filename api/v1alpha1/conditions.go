@@ -50,6 +50,11 @@ const (
 	// ResourceQuota of the namespace. That is the namespace's capacity, not
 	// the revision's fault: the rollout brake does not count it.
 	ReasonPodQuotaExceeded = "PodQuotaExceeded"
+	// ReasonQuotaExceeded: a ResourceQuota of the namespace refuses one of
+	// the objects lull creates for the session (its ServiceAccount, Role,
+	// RoleBinding, Service or StatefulSet). As ReasonPodQuotaExceeded, the
+	// namespace's capacity: the rollout brake does not count it.
+	ReasonQuotaExceeded = "QuotaExceeded"
 	// ReasonPredecessorTerminating: a Session recreated under a name waits
 	// until the objects its predecessor left (a StatefulSet, a pod, claims)
 	// are deleted, so its StatefulSet never adopts the predecessor's pod.

@@ -33,19 +33,50 @@ type Brake struct {
 	RequeueAfter time.Duration
 }
 
+// notTheRevisions are the UpToDate reasons of a session held back by a
+// cause no revision of its template made, which the brake does not count:
+// moving no more sessions would not remove it, and the session's condition
+// already names it, so a pause would only outlast it.
+var notTheRevisions = map[string]bool{
+	// It waits for the template's files ConfigMap and has not moved: no
+	// pod was taken away, and the template's FilesReady condition names
+	// the cause.
+	lullv1.ReasonFilesNotReady: true,
+	// A ResourceQuota of the namespace refuses its pod, or an object lull
+	// makes for it: the namespace's capacity, which any revision meets
+	// alike.
+	lullv1.ReasonPodQuotaExceeded: true,
+	lullv1.ReasonQuotaExceeded:    true,
+	// Its pod is being deleted: evicted from a lost node (the taint
+	// manager deletes a pod of an unreachable node after its toleration,
+	// 5 minutes by default, and the pod stays terminating until the node
+	// is removed), or deleted by someone, or held by a foreign finalizer.
+	// The pod that replaces it is judged on its own.
+	lullv1.ReasonPodTerminating:      true,
+	lullv1.ReasonPodStuckTerminating: true,
+	// Held back before anything is rendered: by a missing template (a
+	// GitOps replace, a chart reinstall), by the objects a Session of its
+	// name left (a pod stuck on a lost node), or by a name another owner
+	// holds. No pod of any revision was made for it.
+	lullv1.ReasonTemplateNotFound:       true,
+	lullv1.ReasonPredecessorTerminating: true,
+	lullv1.ReasonNameConflict:           true,
+	// Suspended, or resumed a moment ago and its status not yet written
+	// again (the template's watch sees the resume first): it has no pod
+	// because no one wanted one.
+	lullv1.ReasonSuspended:  true,
+	lullv1.ReasonSuspending: true,
+}
+
 // DecideBrake judges a template's rollout: paused by hand
 // (spec.updatePolicy.paused), or by the brake once failureThreshold
 // sessions run the update revision rev and fail on it: their Ready
 // condition says PodFailed (the runtime container cannot start), or has
 // not been True for progressDeadlineSeconds; a session left with no pod
-// for that long counts as failing too, unless it waits for the template's
-// files ConfigMap (lullv1.ReasonFilesNotReady) or a ResourceQuota refuses
-// its pod (lullv1.ReasonPodQuotaExceeded), or it is held back by its
-// predecessor's objects (lullv1.ReasonPredecessorTerminating) or a name
-// another owner holds (lullv1.ReasonNameConflict): none is the revision's. A
-// session whose pod is terminating (lullv1.ReasonPodTerminating,
-// lullv1.ReasonPodStuckTerminating: its node lost, a foreign finalizer, a
-// delete by someone else) is not counted either. Once the brake stops a
+// for that long counts as failing too, unless its UpToDate reason names a
+// cause no revision made (notTheRevisions: a wait for the template's
+// files, a quota, a pod terminating, a missing template, a predecessor's
+// objects, a name conflict, a suspension). Once the brake stops a
 // revision it stays stopped until the revision changes or the template's
 // lull.dev/resume-rollout annotation names it. Sessions already moving
 // finish; the others keep their revision.
@@ -71,35 +102,7 @@ func DecideBrake(t *lullv1.SessionTemplate, rev string, sessions []lullv1.Sessio
 		if s.Status.TemplateRevision != rev && !noPod {
 			continue
 		}
-		if hasConditionReason(s, lullv1.ConditionUpToDate, lullv1.ReasonFilesNotReady) {
-			// It waits for the template's files ConfigMap and has not
-			// moved: no pod was taken away, and the template's FilesReady
-			// condition already names the cause. Pausing would outlast it.
-			continue
-		}
-		if hasConditionReason(s, lullv1.ConditionUpToDate, lullv1.ReasonPodQuotaExceeded) {
-			// A ResourceQuota of the namespace refuses its pod: the
-			// namespace's capacity, which any revision meets alike, and
-			// the session's condition names the quota. Pausing the
-			// revision would outlast the quota being raised.
-			continue
-		}
-		if hasConditionReason(s, lullv1.ConditionUpToDate, lullv1.ReasonPredecessorTerminating) ||
-			hasConditionReason(s, lullv1.ConditionUpToDate, lullv1.ReasonNameConflict) {
-			// It is held back before anything is rendered: by the objects
-			// a Session of its name left (a pod stuck on a lost node, say)
-			// or by a name another owner holds. No pod of any revision was
-			// made for it, and its condition names the cause.
-			continue
-		}
-		if hasConditionReason(s, lullv1.ConditionUpToDate, lullv1.ReasonPodTerminating) ||
-			hasConditionReason(s, lullv1.ConditionUpToDate, lullv1.ReasonPodStuckTerminating) {
-			// Its pod is being deleted: evicted from a lost node (the
-			// taint manager deletes a pod of an unreachable node after its
-			// toleration, 5 minutes by default, and the pod stays
-			// terminating until the node is removed), or deleted by
-			// someone, or held by a foreign finalizer. None of it is the
-			// revision's: the pod that replaces it is judged on its own.
+		if c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionUpToDate); c != nil && notTheRevisions[c.Reason] {
 			continue
 		}
 		c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionReady)

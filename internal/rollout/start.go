@@ -37,9 +37,10 @@ func kubeletShowsStart(pod *corev1.Pod) bool {
 // session's report is the only evidence that its pod's runtime runs, so a
 // write to status.runtime could erase it, and the controller has not
 // recorded it yet. That is a report naming the pod while the kubelet shows
-// no start, or one written after a termination the record predates while
+// no start, or one written after a termination no record holds while
 // the kubelet still shows the container backing off (a restart it has not
-// yet published). Otherwise the record rides on the next status write
+// yet published), whether the record is of an earlier run or there is
+// none (the runtime crashed before it ever reported). Otherwise the record rides on the next status write
 // that happens anyway, and so does dropping the record of a pod that is
 // no longer the session's: it is evidence of nothing about its successor.
 func RecordStart(o Observed) bool {
@@ -53,7 +54,7 @@ func RecordStart(o Observed) bool {
 		equality.Semantic.DeepEqual(rec.RunTime, st.StartedRunTime)) {
 		return false
 	}
-	return !kubeletShowsStart(pod) || (renewsRecord(o) && backingOff(pod))
+	return !kubeletShowsStart(pod) || (unrecordedRestart(o) && backingOff(pod))
 }
 
 // startRecord is the controller's record of a start: status.startedPodUID,
@@ -77,7 +78,7 @@ func startRecordOf(o Observed) startRecord {
 	rec := startRecord{PodUID: pod.UID, ReportTime: st.StartedReportTime, RunTime: st.StartedRunTime}
 	if st.StartedPodUID != pod.UID {
 		rec.ReportTime, rec.RunTime = nil, nil
-		if r := st.Runtime; r != nil && r.PodUID == pod.UID && !o.ReportWrittenAt.IsZero() {
+		if r := st.Runtime; r != nil && r.PodUID == pod.UID {
 			rec.ReportTime, rec.RunTime = reportTimes(o)
 		}
 	}
@@ -88,31 +89,41 @@ func startRecordOf(o Observed) startRecord {
 }
 
 // reportTimes returns the times of o's report a record rests on: when the
-// API server saw it written, to the second, and its startedAt (nil if it
-// carries none).
+// API server saw it written, to the second (nil if that is not shown), and
+// its startedAt (nil if it carries none).
 func reportTimes(o Observed) (*metav1.Time, *metav1.Time) {
-	written := &metav1.Time{Time: o.ReportWrittenAt.Truncate(time.Second)}
-	var run *metav1.Time
+	var written, run *metav1.Time
+	if !o.ReportWrittenAt.IsZero() {
+		written = &metav1.Time{Time: o.ReportWrittenAt.Truncate(time.Second)}
+	}
 	if s := o.Session.Status.Runtime.StartedAt; s != nil {
 		run = &metav1.Time{Time: s.Truncate(time.Second)}
 	}
 	return written, run
 }
 
-// renewsRecord reports whether the session's report, naming its pod and
-// from a run after the runtime container's last termination (reportSince),
-// is evidence of a restarted runtime that the record (recorded for the
-// pod, from a run no later than that termination: recordSince) does not
-// hold yet.
+// renewsRecord reports whether the session's report is evidence of a
+// restarted runtime (unrecordedRestart) that the record, recorded for the
+// pod, does not hold yet.
 func renewsRecord(o Observed) bool {
+	return o.Session.Status.StartedPodUID == o.Pod.UID && unrecordedRestart(o)
+}
+
+// unrecordedRestart reports whether the session's report, naming its pod
+// and from a run after the runtime container's last termination
+// (reportSince), is evidence the record does not hold: there is no record
+// of the pod (its runtime crashed before it ever reported, or the record
+// is the previous pod's), or one from a run no later than that termination
+// (recordSince).
+func unrecordedRestart(o Observed) bool {
 	pod, st := o.Pod, o.Session.Status
 	r := st.Runtime
-	if st.StartedPodUID != pod.UID || r == nil || r.PodUID != pod.UID || o.ReportWrittenAt.IsZero() {
+	if r == nil || r.PodUID != pod.UID {
 		return false
 	}
 	finished, terminated := lastTermination(runtimeStatus(pod))
 	if !terminated || !reportSince(pod, r, o.ReportWrittenAt, finished) {
 		return false
 	}
-	return !recordSince(pod, st, finished)
+	return st.StartedPodUID != pod.UID || !recordSince(pod, st, finished)
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -57,6 +58,10 @@ func (r *Reconciler) renderFailed(ctx context.Context, s *lullv1.Session, err er
 		return r.blocked(ctx, s, lullv1.ReasonRenderFailed, fmt.Sprintf("SessionTemplate %s: %v", s.Spec.TemplateRef.Name, err))
 	case errors.As(err, &notOwned):
 		return r.blocked(ctx, s, lullv1.ReasonNameConflict, err.Error())
+	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota"):
+		// The namespace's capacity, not the template's fault: named apart,
+		// so the rollout brake does not count it (rollout.DecideBrake).
+		return r.blocked(ctx, s, lullv1.ReasonQuotaExceeded, fmt.Sprintf("%v; raise the namespace's ResourceQuota or free what it counts", err))
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err):
 		return r.blocked(ctx, s, lullv1.ReasonRenderFailed, fmt.Sprintf("%v; fix SessionTemplate %s", err, s.Spec.TemplateRef.Name))
 	}

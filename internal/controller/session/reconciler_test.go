@@ -379,7 +379,7 @@ func TestBlockedSessionIsRetried(t *testing.T) {
 	w := newWorld(t, interceptor.Funcs{
 		Patch: func(ctx context.Context, c client.WithWatch, o client.Object, p client.Patch, opts ...client.PatchOption) error {
 			if _, ok := o.(*appsv1.StatefulSet); ok {
-				return apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "statefulsets"}, o.GetName(), errString("exceeded quota: pods"))
+				return apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "statefulsets"}, o.GetName(), errString(`admission webhook "policy.example.com" denied the request`))
 			}
 			return c.Patch(ctx, o, p, opts...)
 		},
