@@ -103,6 +103,15 @@ func TestFilesSweptOnlyWhenUnneeded(t *testing.T) {
 		}
 		return nil
 	})
+	// The API server shows the deletes before this test's own watch has
+	// delivered them: wait for the watch (it counts them) before stopping
+	// it, or a delete still in flight would be missed.
+	eventually(t, 10*time.Second, "the watch has seen every delete", func() error {
+		if n := w.deleteCount(); n < changes {
+			return fmt.Errorf("%d deletes seen so far, want %d", n, changes)
+		}
+		return nil
+	})
 	cancel()
 	deletes, violations := w.verdict()
 	for _, v := range violations {
@@ -276,6 +285,14 @@ func (w *sweepWatch) record(kind string, o metav1.Object, alive bool, names []st
 
 // verdict waits for the watches to stop (cancel their context first) and
 // returns the number of deletes and every violation, live and replayed.
+// deleteCount is how many deletes of files ConfigMaps the watch has
+// delivered so far.
+func (w *sweepWatch) deleteCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.deletes)
+}
+
 func (w *sweepWatch) verdict() (int, []string) {
 	w.done.Wait()
 	w.mu.Lock()
