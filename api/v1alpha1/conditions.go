@@ -47,9 +47,17 @@ const (
 	// refusal, as the StatefulSet controller's FailedCreate Event has it.
 	ReasonPodCreateRefused = "PodCreateRefused"
 	// ReasonPodQuotaExceeded: as ReasonPodCreateRefused, refused by a
-	// ResourceQuota of the namespace. That is the namespace's capacity, not
-	// the revision's fault: the rollout brake does not count it.
+	// ResourceQuota of the namespace that has no room for it. That is the
+	// namespace's capacity, not the revision's fault: the rollout brake
+	// does not count it. A pod that alone asks more than the quota allows
+	// in all is ReasonPodCreateRefused: only the template can fix it.
 	ReasonPodQuotaExceeded = "PodQuotaExceeded"
+	// ReasonAdmissionUnavailable: as ReasonPodCreateRefused, but the API
+	// server could not call an admission webhook it must call to admit the
+	// pod ("failed calling webhook": its service down or unreachable). The
+	// webhook's outage, not the revision's fault: the rollout brake does
+	// not count it.
+	ReasonAdmissionUnavailable = "AdmissionUnavailable"
 	// ReasonQuotaExceeded: a ResourceQuota of the namespace refuses one of
 	// the objects lull creates for the session (its ServiceAccount, Role,
 	// RoleBinding, Service or StatefulSet). As ReasonPodQuotaExceeded, the

@@ -47,6 +47,9 @@ var notTheRevisions = map[string]bool{
 	// alike.
 	lullv1.ReasonPodQuotaExceeded: true,
 	lullv1.ReasonQuotaExceeded:    true,
+	// An admission webhook the API server could not call: its outage,
+	// which any revision's pod meets alike.
+	lullv1.ReasonAdmissionUnavailable: true,
 	// Its pod is being deleted: evicted from a lost node (the taint
 	// manager deletes a pod of an unreachable node after its toleration,
 	// 5 minutes by default, and the pod stays terminating until the node

@@ -109,7 +109,7 @@ const (
 func Blocked(reason string) bool {
 	switch reason {
 	case lullv1.ReasonPodStuckTerminating, lullv1.ReasonTemplateNotFound, lullv1.ReasonRenderFailed, lullv1.ReasonNameConflict, lullv1.ReasonImageNotAllowed, lullv1.ReasonFilesNotReady,
-		lullv1.ReasonPodCreateRefused, lullv1.ReasonPodQuotaExceeded, lullv1.ReasonQuotaExceeded:
+		lullv1.ReasonPodCreateRefused, lullv1.ReasonPodQuotaExceeded, lullv1.ReasonQuotaExceeded, lullv1.ReasonAdmissionUnavailable:
 		return true
 	}
 	return false

@@ -74,7 +74,8 @@ func PodFailure(pod *corev1.Pod, st lullv1.SessionStatus, reportWrittenAt time.T
 //
 // The sidecar is live when the kubelet shows it running, or, while the
 // kubelet shows it waiting after a termination, when its report names the
-// pod and was written after that termination: like the SDK, the sidecar
+// pod and was written after that termination (or the controller's record
+// of the start rests on such a report): like the SDK, the sidecar
 // writes a report on every start before it accepts a turn, and the kubelet
 // publishes its restart late, as it does the runtime container's. It
 // speaks for the pod once a report naming the pod has been seen (the
@@ -90,8 +91,16 @@ func SidecarHolds(pod *corev1.Pod, st lullv1.SessionStatus, reportWrittenAt time
 		return true
 	}
 	finished, terminated := lastTermination(c)
-	r := st.Runtime
-	return terminated && r != nil && r.PodUID == pod.UID && runSince(pod, nil, reportWrittenAt, finished)
+	if !terminated {
+		return false
+	}
+	if r := st.Runtime; r != nil && r.PodUID == pod.UID && runSince(pod, nil, reportWrittenAt, finished) {
+		return true
+	}
+	// The record of the start rests on a report's write time: one written
+	// after the sidecar's termination is its restarted run's, whatever has
+	// been written to status.runtime since.
+	return st.StartedPodUID == pod.UID && st.StartedReportTime != nil && runSince(pod, nil, st.StartedReportTime.Time, finished)
 }
 
 // drainsFirst reports whether o's pod is failed by its runtime container's
@@ -135,10 +144,16 @@ func reportedSinceTermination(pod *corev1.Pod, st lullv1.SessionStatus, writtenA
 	if r == nil || r.PodUID != pod.UID {
 		return false
 	}
-	if !terminated || (r.StartedAt == nil && writtenAt.IsZero()) {
-		return true
-	}
-	return reportSince(pod, r, writtenAt, finished)
+	return !terminated || reportMaySince(pod, r, writtenAt, finished)
+}
+
+// reportMaySince reports whether report r may come from a run after the
+// runtime container's termination at finished: it does (reportSince), or
+// the two cannot be ordered, as it carries no startedAt and its write
+// time is not shown. A report that may be live is never taken for a dead
+// one.
+func reportMaySince(pod *corev1.Pod, r *lullv1.RuntimeReport, writtenAt, finished time.Time) bool {
+	return (r.StartedAt == nil && writtenAt.IsZero()) || reportSince(pod, r, writtenAt, finished)
 }
 
 // reportSince reports whether report r, which the API server saw written
@@ -155,6 +170,11 @@ func reportSince(pod *corev1.Pod, r *lullv1.RuntimeReport, writtenAt, finished t
 // judges a report: runSince with the recorded run's start and the
 // recorded report's write time.
 func recordSince(pod *corev1.Pod, st lullv1.SessionStatus, finished time.Time) bool {
+	if st.StartedRunTime == nil && st.StartedReportTime == nil {
+		// Recorded from a report that could not be ordered either
+		// (reportMaySince): it may be live, and so may the record.
+		return true
+	}
 	var written time.Time
 	if st.StartedReportTime != nil {
 		written = st.StartedReportTime.Time

@@ -118,7 +118,14 @@ func TestRecordedStartIsEvidenceNoReportCanErase(t *testing.T) {
 			edit: func(o *Observed) {
 				o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{crashLooping(now.Add(-20 * time.Second))}
 				o.Session.Status.StartedPodUID = podUID
+				before := metav1.NewTime(now.Add(-time.Minute))
+				o.Session.Status.StartedReportTime, o.Session.Status.StartedRunTime = &before, &before
 			}, kind: Commit, why: lullv1.ReasonPodFailed, commit: committed(podUID, lullv1.ReplacementPodFailed, "")},
+		{name: "a recorded start that cannot be ordered against the termination is taken as live, as its report was: drained",
+			edit: func(o *Observed) {
+				o.Pod.Status.ContainerStatuses = []corev1.ContainerStatus{crashLooping(now.Add(-20 * time.Second))}
+				o.Session.Status.StartedPodUID = podUID // neither time: its report had no startedAt and no write time shown
+			}, kind: RequestDrain, why: lullv1.ReasonDrainRequested, drain: drainReq},
 	})
 }
 

@@ -2,7 +2,9 @@ package rollout
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,8 +33,11 @@ const statusLag = 30 * time.Second
 // controller would create for a session, as the StatefulSet controller's
 // FailedCreate Event on the session's StatefulSet quotes it.
 type Refusal struct {
-	// Reason is lullv1.ReasonPodQuotaExceeded (a ResourceQuota refused it)
-	// or lullv1.ReasonPodCreateRefused (anything else).
+	// Reason is lullv1.ReasonPodQuotaExceeded (a ResourceQuota without room
+	// for it refused it), lullv1.ReasonAdmissionUnavailable (the API
+	// server could not call an admission webhook) or
+	// lullv1.ReasonPodCreateRefused (anything else, a pod that asks more
+	// than a quota allows in all among them).
 	Reason string
 	// Message names the object, quotes the API server and says the fix.
 	Message string
@@ -72,7 +77,7 @@ func PodCreateRefusal(o Observed, events []corev1.Event, template string) *Refus
 		return nil
 	}
 	if c := meta.FindStatusCondition(o.Session.Status.Conditions, lullv1.ConditionReady); c != nil &&
-		c.Reason != lullv1.ReasonPodCreateRefused && c.Reason != lullv1.ReasonPodQuotaExceeded {
+		c.Reason != lullv1.ReasonPodCreateRefused && c.Reason != lullv1.ReasonPodQuotaExceeded && c.Reason != lullv1.ReasonAdmissionUnavailable {
 		since := c.LastTransitionTime.Time
 		if !namesAPod(c) {
 			// The pod went before its status said so.
@@ -86,9 +91,22 @@ func PodCreateRefusal(o Observed, events []corev1.Event, template string) *Refus
 	var fix string
 	switch msg := last.Message; {
 	case strings.Contains(msg, "exceeded quota"):
-		r.Reason = lullv1.ReasonPodQuotaExceeded
 		r.Quota, r.Requested = parseQuota(msg)
+		if over := overLimit(msg); over != "" {
+			// The pod alone asks more than the quota allows in all: no
+			// capacity freed admits it, only a template that asks less
+			// (or a larger quota). The revision's refusal, as a Pod
+			// Security level's is: PodCreateRefused.
+			fix = fmt.Sprintf("the pod alone asks more %s than ResourceQuota %s allows in all: lower SessionTemplate %s's requests, or raise the quota", over, cmpOr(r.Quota, "(named above)"), template)
+			break
+		}
+		r.Reason = lullv1.ReasonPodQuotaExceeded
 		fix = fmt.Sprintf("raise ResourceQuota %s of namespace %s, or free what it counts; lull asks for the pod again as soon as the quota has room", cmpOr(r.Quota, "(named above)"), sts.Namespace)
+	case strings.Contains(msg, "failed calling webhook"):
+		// The API server could not reach a webhook it must call: the
+		// webhook's outage, which any revision's pod meets alike.
+		r.Reason = lullv1.ReasonAdmissionUnavailable
+		fix = "the webhook's service is not answering the API server; lull asks for the pod again on its retry schedule, and the StatefulSet controller retries too"
 	case strings.Contains(msg, "violates PodSecurity"):
 		fix = fmt.Sprintf("make SessionTemplate %s's pod meet the namespace's Pod Security level, or change the namespace's pod-security.kubernetes.io labels", template)
 	case strings.Contains(msg, "LimitRange") || strings.Contains(msg, "per Container") || strings.Contains(msg, "per Pod"):
@@ -145,14 +163,50 @@ func parseQuota(msg string) (string, corev1.ResourceList) {
 	if m == nil {
 		return "", nil
 	}
-	requested := corev1.ResourceList{}
-	for _, kv := range strings.Split(strings.TrimSuffix(m[2], ","), ",") {
-		k, v, ok := strings.Cut(kv, "=")
-		if q, err := resource.ParseQuantity(v); ok && err == nil {
-			requested[corev1.ResourceName(k)] = q
+	return m[1], parseResources(m[2])
+}
+
+// quotaLimits matches the "requested: ..., used: ..., limited: ..." part of
+// the ResourceQuota admission plugin's message.
+var quotaLimits = regexp.MustCompile(`requested: ([^\s]+), used: ([^\s]+), limited: ([^\s]+)`)
+
+// overLimit returns the first resource a quota refusal's request asks more
+// of than the quota's hard limit, object counts aside, "" when none does
+// (the quota is only full, or counts no more objects) or msg is not one.
+func overLimit(msg string) string {
+	m := quotaLimits.FindStringSubmatch(msg)
+	if m == nil {
+		return ""
+	}
+	requested, limited := parseResources(m[1]), parseResources(m[3])
+	for _, k := range slices.Sorted(maps.Keys(requested)) {
+		if k == corev1.ResourcePods || strings.HasPrefix(string(k), "count/") {
+			// Every revision's pod counts one: a count's limit is the
+			// namespace's policy (a quota of 0 pods closes it), not
+			// something a template asks too much of.
+			continue
+		}
+		if l, ok := limited[k]; ok {
+			if r := requested[k]; r.Cmp(l) <= 0 {
+				continue
+			}
+			return string(k)
 		}
 	}
-	return m[1], requested
+	return ""
+}
+
+// parseResources parses a quota message's "<resource>=<quantity>,..."
+// list; what does not parse is left out.
+func parseResources(list string) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for _, kv := range strings.Split(strings.TrimSuffix(list, ","), ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if q, err := resource.ParseQuantity(v); ok && err == nil {
+			out[corev1.ResourceName(k)] = q
+		}
+	}
+	return out
 }
 
 func cmpOr(s, otherwise string) string {

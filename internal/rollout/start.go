@@ -40,7 +40,8 @@ func kubeletShowsStart(pod *corev1.Pod) bool {
 // no start, or one written after a termination no record holds while
 // the kubelet still shows the container backing off (a restart it has not
 // yet published), whether the record is of an earlier run or there is
-// none (the runtime crashed before it ever reported). Otherwise the record rides on the next status write
+// none (the runtime crashed before it ever reported), and the same for the
+// drain sidecar's restart (sidecarRestartUnrecorded). Otherwise the record rides on the next status write
 // that happens anyway, and so does dropping the record of a pod that is
 // no longer the session's: it is evidence of nothing about its successor.
 func RecordStart(o Observed) bool {
@@ -54,7 +55,7 @@ func RecordStart(o Observed) bool {
 		equality.Semantic.DeepEqual(rec.RunTime, st.StartedRunTime)) {
 		return false
 	}
-	return !kubeletShowsStart(pod) || (unrecordedRestart(o) && backingOff(pod))
+	return !kubeletShowsStart(pod) || (unrecordedRestart(o) && backingOff(pod)) || sidecarRestartUnrecorded(o)
 }
 
 // startRecord is the controller's record of a start: status.startedPodUID,
@@ -103,10 +104,11 @@ func reportTimes(o Observed) (*metav1.Time, *metav1.Time) {
 }
 
 // renewsRecord reports whether the session's report is evidence of a
-// restarted runtime (unrecordedRestart) that the record, recorded for the
-// pod, does not hold yet.
+// restarted runtime or drain sidecar (unrecordedRestart,
+// sidecarRestartUnrecorded) that the record, recorded for the pod, does
+// not hold yet.
 func renewsRecord(o Observed) bool {
-	return o.Session.Status.StartedPodUID == o.Pod.UID && unrecordedRestart(o)
+	return o.Session.Status.StartedPodUID == o.Pod.UID && (unrecordedRestart(o) || sidecarRestartUnrecorded(o))
 }
 
 // unrecordedRestart reports whether the session's report, naming its pod
@@ -122,8 +124,27 @@ func unrecordedRestart(o Observed) bool {
 		return false
 	}
 	finished, terminated := lastTermination(runtimeStatus(pod))
-	if !terminated || !reportSince(pod, r, o.ReportWrittenAt, finished) {
+	if !terminated || !reportMaySince(pod, r, o.ReportWrittenAt, finished) {
 		return false
 	}
 	return st.StartedPodUID != pod.UID || !recordSince(pod, st, finished)
+}
+
+// sidecarRestartUnrecorded reports whether the session's report, naming
+// its pod and written after its drain sidecar's last termination while the
+// kubelet shows the sidecar not running, is evidence of a restarted
+// sidecar (SidecarHolds) that the record does not hold: there is no
+// record of the pod, or it rests on a report written no later than that
+// termination.
+func sidecarRestartUnrecorded(o Observed) bool {
+	pod, st := o.Pod, o.Session.Status
+	c, r := sidecarStatus(pod), st.Runtime
+	if c == nil || c.State.Running != nil || r == nil || r.PodUID != pod.UID {
+		return false
+	}
+	finished, terminated := lastTermination(c)
+	if !terminated || !runSince(pod, nil, o.ReportWrittenAt, finished) {
+		return false
+	}
+	return st.StartedPodUID != pod.UID || st.StartedReportTime == nil || !runSince(pod, nil, st.StartedReportTime.Time, finished)
 }
