@@ -171,8 +171,9 @@ func parseQuota(msg string) (string, corev1.ResourceList) {
 var quotaLimits = regexp.MustCompile(`requested: ([^\s]+), used: ([^\s]+), limited: ([^\s]+)`)
 
 // overLimit returns the first resource a quota refusal's request asks more
-// of than the quota's hard limit, object counts aside, "" when none does
-// (the quota is only full, or counts no more objects) or msg is not one.
+// of than the quota's hard limit, counting only the amounts a template
+// asks for (templateAmount), "" when none does (the quota is only full, or
+// counts no more objects) or msg is not one.
 func overLimit(msg string) string {
 	m := quotaLimits.FindStringSubmatch(msg)
 	if m == nil {
@@ -180,10 +181,10 @@ func overLimit(msg string) string {
 	}
 	requested, limited := parseResources(m[1]), parseResources(m[3])
 	for _, k := range slices.Sorted(maps.Keys(requested)) {
-		if k == corev1.ResourcePods || strings.HasPrefix(string(k), "count/") {
-			// Every revision's pod counts one: a count's limit is the
-			// namespace's policy (a quota of 0 pods closes it), not
-			// something a template asks too much of.
+		if !templateAmount(k) {
+			// Every revision's pod or claim counts one: a count's limit is
+			// the namespace's policy (a quota of 0 pods or claims closes
+			// it), not something a template asks too much of.
 			continue
 		}
 		if l, ok := limited[k]; ok {
@@ -194,6 +195,25 @@ func overLimit(msg string) string {
 		}
 	}
 	return ""
+}
+
+// templateAmount reports whether a quota's resource is an amount a pod or
+// claim asks for as its template says (cpu, memory, ephemeral storage,
+// storage, huge pages, extended resources: the compute and storage
+// resource names of the ResourceQuota documentation), rather than a count
+// of objects (pods, persistentvolumeclaims, count/*, a storage class's
+// persistentvolumeclaims), which every revision asks one of alike.
+func templateAmount(k corev1.ResourceName) bool {
+	n := string(k)
+	switch {
+	case n == "cpu" || n == "memory" || n == "ephemeral-storage" || n == "storage":
+		return true
+	case strings.HasPrefix(n, "requests.") || strings.HasPrefix(n, "limits.") || strings.HasPrefix(n, "hugepages-"):
+		return true
+	case strings.HasSuffix(n, "/requests.storage"):
+		return true // <storage-class>.storageclass.storage.k8s.io/requests.storage
+	}
+	return false
 }
 
 // parseResources parses a quota message's "<resource>=<quantity>,..."

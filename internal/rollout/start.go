@@ -41,7 +41,9 @@ func kubeletShowsStart(pod *corev1.Pod) bool {
 // the kubelet still shows the container backing off (a restart it has not
 // yet published), whether the record is of an earlier run or there is
 // none (the runtime crashed before it ever reported), and the same for the
-// drain sidecar's restart (sidecarRestartUnrecorded). Otherwise the record rides on the next status write
+// drain sidecar's restart (sidecarRestartUnrecorded); and, for a pod behind
+// the drain sidecar, its first report, the only evidence that the sidecar
+// speaks for the pod. Otherwise the record rides on the next status write
 // that happens anyway, and so does dropping the record of a pod that is
 // no longer the session's: it is evidence of nothing about its successor.
 func RecordStart(o Observed) bool {
@@ -54,6 +56,12 @@ func RecordStart(o Observed) bool {
 	if rec.PodUID == "" || (rec.PodUID == st.StartedPodUID && equality.Semantic.DeepEqual(rec.ReportTime, st.StartedReportTime) &&
 		equality.Semantic.DeepEqual(rec.RunTime, st.StartedRunTime)) {
 		return false
+	}
+	if sidecarStatus(pod) != nil && st.StartedPodUID != pod.UID {
+		// Behind the drain sidecar, only a report naming the pod shows
+		// that the sidecar speaks for it (SidecarHolds), whatever the
+		// kubelet shows of the runtime container.
+		return true
 	}
 	return !kubeletShowsStart(pod) || (unrecordedRestart(o) && backingOff(pod)) || sidecarRestartUnrecorded(o)
 }
