@@ -50,11 +50,7 @@ func testResumeOnLaggingCache(t *testing.T, templateChanged bool) {
 	}
 	cached.Store(atOne) // the informer has not delivered the scale-down
 
-	cat := &lullv1.RuntimeCatalog{ObjectMeta: metav1.ObjectMeta{Name: lullv1.RuntimeCatalogName},
-		Spec: lullv1.RuntimeCatalogSpec{Images: []lullv1.CatalogImage{{Repository: "example.com/agent", Tags: []string{"3"}}}}}
-	if err := w.c.Create(ctx, cat); err != nil {
-		t.Fatal(err)
-	}
+	createCatalog(t, w, "3")
 	if templateChanged {
 		tmpl := w.template()
 		tmpl.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "MODE", Value: "fast"}}

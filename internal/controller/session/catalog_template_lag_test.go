@@ -42,8 +42,7 @@ func TestAHeldTemplateIsNotWrittenOntoAnImageTheCatalogCacheStillLists(t *testin
 	funcs.Get = laggingGet(&live, &cached)
 	w := newWorld(t, funcs, nil)
 	w.r.APIReader = liveReader{c: w.c, live: &live}
-	cat := &lullv1.RuntimeCatalog{ObjectMeta: metav1.ObjectMeta{Name: lullv1.RuntimeCatalogName},
-		Spec: lullv1.RuntimeCatalogSpec{Images: []lullv1.CatalogImage{{Repository: "example.com/agent", Tags: []string{"2", "3"}}}}}
+	cat := agentCatalog("2", "3")
 	cached.Store(cat.DeepCopy()) // lists agent:3; the informer stops here
 	cat.Spec.Images[0].Tags = []string{"2"}
 	if err := w.c.Create(ctx, cat); err != nil {
@@ -81,8 +80,7 @@ func TestATemplateWriteOverAStatefulSetWithoutItsPodIsJudgedOnTheAPIServersCatal
 	funcs.Get = laggingGet(&live, &cached)
 	w := newWorld(t, funcs, nil)
 	w.r.APIReader = liveReader{c: w.c, live: &live}
-	cat := &lullv1.RuntimeCatalog{ObjectMeta: metav1.ObjectMeta{Name: lullv1.RuntimeCatalogName},
-		Spec: lullv1.RuntimeCatalogSpec{Images: []lullv1.CatalogImage{{Repository: "example.com/agent", Tags: []string{"2", "3"}}}}}
+	cat := agentCatalog("2", "3")
 	cached.Store(cat.DeepCopy())
 	cat.Spec.Images[0].Tags = []string{"2"}
 	if err := w.c.Create(ctx, cat); err != nil {

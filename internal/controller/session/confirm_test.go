@@ -31,7 +31,6 @@ import (
 // on the refused image, and no drift would ever be told. (Found by the
 // third review, which committed this test failing.)
 func TestNoPodIsReplacedOntoARefusedImageTheStatefulSetCacheHasNotShownYet(t *testing.T) {
-	ctx := context.Background()
 	var live atomic.Bool
 	var cached atomic.Pointer[appsv1.StatefulSet] // the informer's copy, once it lags
 	funcs := apiServerStatefulSets(nil)
@@ -43,11 +42,7 @@ func TestNoPodIsReplacedOntoARefusedImageTheStatefulSetCacheHasNotShownYet(t *te
 		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, RequestID: id, State: lullv1.RuntimeDrained}
 	})
 	w.r.APIReader = liveReader{c: w.c, live: &live}
-	cat := &lullv1.RuntimeCatalog{ObjectMeta: metav1.ObjectMeta{Name: lullv1.RuntimeCatalogName},
-		Spec: lullv1.RuntimeCatalogSpec{Images: []lullv1.CatalogImage{{Repository: "example.com/agent", Tags: []string{"2"}}}}}
-	if err := w.c.Create(ctx, cat); err != nil {
-		t.Fatal(err)
-	}
+	createCatalog(t, w, "2")
 	cached.Store(w.statefulSet()) // lull's own spec on agent:2; the informer stops here
 	const evil = "evil.example.com/miner:1"
 	live.Store(true) // the second writer and the StatefulSet controller see the API server
@@ -98,11 +93,7 @@ func TestNoPodIsReplacedOntoAnImageTheCatalogCacheStillLists(t *testing.T) {
 		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, RequestID: id, State: lullv1.RuntimeDrained}
 	})
 	w.r.APIReader = liveReader{c: w.c, live: &live}
-	cat := &lullv1.RuntimeCatalog{ObjectMeta: metav1.ObjectMeta{Name: lullv1.RuntimeCatalogName},
-		Spec: lullv1.RuntimeCatalogSpec{Images: []lullv1.CatalogImage{{Repository: "example.com/agent", Tags: []string{"2"}}}}}
-	if err := w.c.Create(ctx, cat); err != nil {
-		t.Fatal(err)
-	}
+	cat := createCatalog(t, w, "2")
 	cached.Store(cat.DeepCopy()) // lists agent:2; the informer stops here
 	cat.Spec.Images[0].Tags = []string{"3"}
 	if err := w.c.Update(ctx, cat); err != nil {
