@@ -4,11 +4,8 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/drain"
 )
 
 // Review round 2 of issue 21, guarantee 5 (every field lull owns is
@@ -29,12 +26,7 @@ import (
 //
 // FAILING ON PURPOSE: committed by the review to show the break.
 func TestCatalogHoldStillRestoresAnotherWritersSpecBeforeAnyStep(t *testing.T) {
-	w := newWorld(t, apiServerStatefulSets(nil), func(s *lullv1.Session, pod *corev1.Pod) {
-		id := drain.RequestID(pod.UID, lullv1.DrainReasonUpdate, 1)
-		s.Status.DrainSequence = 1
-		s.Status.Drain = &lullv1.DrainRequest{RequestID: id, PodUID: pod.UID, Reason: lullv1.DrainReasonUpdate, Revision: "alice-new", Sequence: 1, RequestedAt: metav1.NewTime(t0)}
-		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, RequestID: id, State: lullv1.RuntimeDrained}
-	})
+	w := drainedWorld(t, apiServerStatefulSets(nil))
 	createCatalog(t, w, "2")
 	w.setImage("example.com/agent:3") // not listed: the session is held on agent:2
 	w.handEdit(privileged)            // another writer, meanwhile
@@ -62,12 +54,7 @@ func TestCatalogHoldStillRestoresAnotherWritersSpecBeforeAnyStep(t *testing.T) {
 //
 // FAILING ON PURPOSE: committed by the review to show the break.
 func TestCatalogHoldDoesNotRollOutAnImageTheCatalogRefuses(t *testing.T) {
-	w := newWorld(t, apiServerStatefulSets(nil), func(s *lullv1.Session, pod *corev1.Pod) {
-		id := drain.RequestID(pod.UID, lullv1.DrainReasonUpdate, 1)
-		s.Status.DrainSequence = 1
-		s.Status.Drain = &lullv1.DrainRequest{RequestID: id, PodUID: pod.UID, Reason: lullv1.DrainReasonUpdate, Revision: "alice-new", Sequence: 1, RequestedAt: metav1.NewTime(t0)}
-		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, RequestID: id, State: lullv1.RuntimeDrained}
-	})
+	w := drainedWorld(t, apiServerStatefulSets(nil))
 	createCatalog(t, w, "2")
 	const evil = "evil.example.com/miner:1"
 	w.setImage("example.com/agent:3") // not listed: the session is held

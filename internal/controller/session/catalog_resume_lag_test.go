@@ -35,10 +35,7 @@ func testResumeOnLaggingCache(t *testing.T, templateChanged bool) {
 	ctx := context.Background()
 	var live atomic.Bool
 	var cached atomic.Pointer[appsv1.StatefulSet]
-	funcs := apiServerStatefulSets(nil)
-	funcs.Get = laggingGet(&live, &cached)
-	w := newWorld(t, funcs, func(s *lullv1.Session, _ *corev1.Pod) { s.Spec.Suspend = true })
-	w.r.APIReader = liveReader{c: w.c, live: &live}
+	w := laggingWorld(t, &live, &cached, func(s *lullv1.Session, _ *corev1.Pod) { s.Spec.Suspend = true })
 	// The suspension's pod is gone; lull scales the StatefulSet to zero.
 	if err := w.c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice-0"}}); err != nil {
 		t.Fatal(err)

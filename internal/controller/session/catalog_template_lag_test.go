@@ -38,10 +38,7 @@ func TestAHeldTemplateIsNotWrittenOntoAnImageTheCatalogCacheStillLists(t *testin
 	ctx := context.Background()
 	var live atomic.Bool
 	var cached atomic.Pointer[lullv1.RuntimeCatalog]
-	funcs := apiServerStatefulSets(nil)
-	funcs.Get = laggingGet(&live, &cached)
-	w := newWorld(t, funcs, nil)
-	w.r.APIReader = liveReader{c: w.c, live: &live}
+	w := laggingWorld(t, &live, &cached, nil)
 	cat := agentCatalog("2", "3")
 	cached.Store(cat.DeepCopy()) // lists agent:3; the informer stops here
 	cat.Spec.Images[0].Tags = []string{"2"}
@@ -76,10 +73,7 @@ func TestATemplateWriteOverAStatefulSetWithoutItsPodIsJudgedOnTheAPIServersCatal
 	ctx := context.Background()
 	var live atomic.Bool
 	var cached atomic.Pointer[lullv1.RuntimeCatalog]
-	funcs := apiServerStatefulSets(nil)
-	funcs.Get = laggingGet(&live, &cached)
-	w := newWorld(t, funcs, nil)
-	w.r.APIReader = liveReader{c: w.c, live: &live}
+	w := laggingWorld(t, &live, &cached, nil)
 	cat := agentCatalog("2", "3")
 	cached.Store(cat.DeepCopy())
 	cat.Spec.Images[0].Tags = []string{"2"}
