@@ -43,9 +43,7 @@ import (
 func TestRestartedRuntimeWithNoRecordYetSurvivesAnOverwrittenReport(t *testing.T) {
 	crashed := t0.Add(-15 * time.Second)
 	w := newWorld(t, interceptor.Funcs{}, func(s *lullv1.Session, pod *corev1.Pod) {
-		pod.Status.ContainerStatuses[0] = corev1.ContainerStatus{Name: lullv1.RuntimeContainerName, RestartCount: 1,
-			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
-			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, FinishedAt: metav1.NewTime(crashed)}}}
+		pod.Status.ContainerStatuses[0] = crashLooping(lullv1.RuntimeContainerName, 1, 1, crashed)
 		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, State: lullv1.RuntimeServing, ActiveTurns: 1,
 			StartedAt: &metav1.Time{Time: t0.Add(-2 * time.Second)}}
 	})
