@@ -1,13 +1,11 @@
 package session
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
@@ -49,14 +47,7 @@ func TestRestartedRuntimeWithNoRecordYetSurvivesAnOverwrittenReport(t *testing.T
 	})
 	// Not admitted yet: the stale session waits for a place in the wave
 	// (a passing state, whose write settles).
-	tmpl := &lullv1.SessionTemplate{}
-	if err := w.c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: "agent"}, tmpl); err != nil {
-		t.Fatal(err)
-	}
-	tmpl.Status.Wave = nil
-	if err := w.c.Status().Update(context.Background(), tmpl); err != nil {
-		t.Fatal(err)
-	}
+	notAdmitted(t, w)
 
 	if _, err := w.reconcile(); err != nil { // sees the restarted runtime's report
 		t.Fatal(err)

@@ -1,12 +1,10 @@
 package session
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
@@ -43,14 +41,7 @@ func TestUnorderedReportOfARestartedRuntimeSurvivesAnOverwrite(t *testing.T) {
 		pod.Status.ContainerStatuses[0] = crashLooping(lullv1.RuntimeContainerName, 1, 1, crashed)
 		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, State: lullv1.RuntimeServing, ActiveTurns: 1}
 	})
-	tmpl := &lullv1.SessionTemplate{}
-	if err := w.c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: "agent"}, tmpl); err != nil {
-		t.Fatal(err)
-	}
-	tmpl.Status.Wave = nil // not admitted yet
-	if err := w.c.Status().Update(context.Background(), tmpl); err != nil {
-		t.Fatal(err)
-	}
+	notAdmitted(t, w) // not admitted yet
 	if _, err := w.reconcile(); err != nil {
 		t.Fatal(err)
 	}
