@@ -5,10 +5,7 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 )
@@ -41,31 +38,16 @@ import (
 func TestBrakeCountsASessionWhosePodTheRevisionMakesTooLargeForItsQuota(t *testing.T) {
 	const rev = "new"
 	began := now.Add(-11 * time.Minute)
-	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice", UID: "sts-1"},
-		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1)}}
-	refused := corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice.1", CreationTimestamp: metav1.NewTime(began)},
-		InvolvedObject: corev1.ObjectReference{Kind: "StatefulSet", Namespace: "ns", Name: "alice", UID: "sts-1"}, Reason: "FailedCreate",
-		Message:       `create Pod alice-0 in StatefulSet alice failed error: pods "alice-0" is forbidden: exceeded quota: mem, requested: requests.memory=64Gi, used: requests.memory=30Gi, limited: requests.memory=32Gi`,
-		LastTimestamp: metav1.NewTime(began)}
-	s := &lullv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "alice", Namespace: "ns", Generation: 1},
-		Spec: lullv1.SessionSpec{TemplateRef: lullv1.TemplateReference{Name: "agent"}}}
+	const quota = `create Pod alice-0 in StatefulSet alice failed error: pods "alice-0" is forbidden: exceeded quota: mem, requested: requests.memory=64Gi, used: requests.memory=30Gi, limited: requests.memory=32Gi`
 	// Her pod of "old" was Ready until the rollout replaced it, a moment
 	// before the refused create.
-	s.Status.Conditions = []metav1.Condition{{Type: lullv1.ConditionReady, Status: metav1.ConditionTrue, Reason: lullv1.ReasonPodReady,
+	wasReady := []metav1.Condition{{Type: lullv1.ConditionReady, Status: metav1.ConditionTrue, Reason: lullv1.ReasonPodReady,
 		LastTransitionTime: metav1.NewTime(began.Add(-time.Hour))}}
-	for _, at := range []time.Time{began, now.Add(-time.Second)} {
-		refused.LastTimestamp = metav1.NewTime(at)
-		o := Observed{Now: at, Session: s, StatefulSet: sts}
-		r := PodCreateRefusal(o, []corev1.Event{refused}, "agent")
+	s := refusedSince(t, began, quota, wasReady, func(r *Refusal) {
 		if r == nil || r.Reason != lullv1.ReasonPodCreateRefused || !strings.Contains(r.Message, "the pod alone asks more requests.memory than ResourceQuota mem allows") {
 			t.Fatalf("refusal %+v, want reason %s saying the pod alone asks more than the quota allows: no capacity freed admits it", r, lullv1.ReasonPodCreateRefused)
 		}
-		st, _ := BlockedStatus(o, r.Reason, r.Message)
-		s.Status = st
-	}
-	if s.Status.PodUID != "" || s.Status.TemplateRevision != "" {
-		t.Fatalf("setup: the refused session's status names pod %q, revision %q", s.Status.PodUID, s.Status.TemplateRevision)
-	}
+	})
 	bob := onRevision("bob", "old", metav1.ConditionTrue, lullv1.ReasonPodReady, time.Hour) // next in the wave
 	tpl := &lullv1.SessionTemplate{ObjectMeta: metav1.ObjectMeta{Name: "agent"}}
 	webhook := s.DeepCopy() // the same refusal, by a webhook instead of a quota

@@ -36,32 +36,48 @@ import (
 func TestBrakeIgnoresASessionWhosePodAnUnreachableWebhookCannotAdmit(t *testing.T) {
 	const rev = "new"
 	began := now.Add(-11 * time.Minute)
-	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice", UID: "sts-1"},
-		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1)}}
-	refused := corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice.1", CreationTimestamp: metav1.NewTime(began)},
-		InvolvedObject: corev1.ObjectReference{Kind: "StatefulSet", Namespace: "ns", Name: "alice", UID: "sts-1"}, Reason: "FailedCreate",
-		Message: `create Pod alice-0 in StatefulSet alice failed error: Internal error occurred: failed calling webhook "pods.policy.example.com": ` +
-			`failed to call webhook: Post "https://policy.policy-system.svc:443/validate?timeout=10s": dial tcp 10.96.14.7:443: connect: connection refused`,
-		LastTimestamp: metav1.NewTime(began)}
-	s := &lullv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "alice", Namespace: "ns", Generation: 1},
-		Spec: lullv1.SessionSpec{TemplateRef: lullv1.TemplateReference{Name: "agent"}}}
-	for _, at := range []time.Time{began, now.Add(-time.Second)} {
-		refused.LastTimestamp = metav1.NewTime(at)
-		o := Observed{Now: at, Session: s, StatefulSet: sts}
-		r := PodCreateRefusal(o, []corev1.Event{refused}, "agent")
+	const unreachable = `create Pod alice-0 in StatefulSet alice failed error: Internal error occurred: failed calling webhook "pods.policy.example.com": ` +
+		`failed to call webhook: Post "https://policy.policy-system.svc:443/validate?timeout=10s": dial tcp 10.96.14.7:443: connect: connection refused`
+	s := refusedSince(t, began, unreachable, nil, func(r *Refusal) {
 		if r == nil {
 			t.Fatal("setup: no refusal")
 		}
-		st, _ := BlockedStatus(o, r.Reason, r.Message)
-		s.Status = st
-	}
-	if s.Status.PodUID != "" || s.Status.TemplateRevision != "" {
-		t.Fatalf("setup: the refused session's status names pod %q, revision %q", s.Status.PodUID, s.Status.TemplateRevision)
-	}
+	})
 	bob := onRevision("bob", "old", metav1.ConditionTrue, lullv1.ReasonPodReady, time.Hour) // waits to move to "new"
 	tpl := &lullv1.SessionTemplate{ObjectMeta: metav1.ObjectMeta{Name: "agent"}}
 	if b := DecideBrake(tpl, rev, []lullv1.Session{*s, bob}, now); b.Paused || len(b.Failing) != 0 {
 		t.Fatalf("a session whose pod an unreachable webhook could not admit for 11 minutes pauses the rollout of revision %s: paused=%v failing=%v: %s",
 			rev, b.Paused, b.Failing, b.Message)
 	}
+}
+
+// refusedSince is alice, a session of the "agent" template with
+// conditions, whose pod the StatefulSet controller has failed to create
+// since began, each time with a FailedCreate Event saying message: her
+// status as lull writes it (BlockedStatus) at the first refusal and at the
+// last, a second ago. judge sees PodCreateRefusal's judgement of each and
+// fails the test on one it does not expect. The fixture fails the test
+// when her status still names a pod or a revision.
+func refusedSince(t *testing.T, began time.Time, message string, conditions []metav1.Condition, judge func(r *Refusal)) *lullv1.Session {
+	t.Helper()
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice", UID: "sts-1"},
+		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1)}}
+	refused := corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice.1", CreationTimestamp: metav1.NewTime(began)},
+		InvolvedObject: corev1.ObjectReference{Kind: "StatefulSet", Namespace: "ns", Name: "alice", UID: "sts-1"}, Reason: "FailedCreate",
+		Message: message, LastTimestamp: metav1.NewTime(began)}
+	s := &lullv1.Session{ObjectMeta: metav1.ObjectMeta{Name: "alice", Namespace: "ns", Generation: 1},
+		Spec: lullv1.SessionSpec{TemplateRef: lullv1.TemplateReference{Name: "agent"}}}
+	s.Status.Conditions = conditions
+	for _, at := range []time.Time{began, now.Add(-time.Second)} {
+		refused.LastTimestamp = metav1.NewTime(at)
+		o := Observed{Now: at, Session: s, StatefulSet: sts}
+		r := PodCreateRefusal(o, []corev1.Event{refused}, "agent")
+		judge(r)
+		st, _ := BlockedStatus(o, r.Reason, r.Message)
+		s.Status = st
+	}
+	if s.Status.PodUID != "" || s.Status.TemplateRevision != "" {
+		t.Fatalf("setup: the refused session's status names pod %q, revision %q", s.Status.PodUID, s.Status.TemplateRevision)
+	}
+	return s
 }

@@ -1,15 +1,11 @@
 package session
 
 import (
-	"context"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/drain"
 )
 
 // Review round 2 of issue 21, guarantee 5 (every field lull owns is
@@ -30,18 +26,8 @@ import (
 //
 // FAILING ON PURPOSE: committed by the review to show the break.
 func TestCatalogHoldStillRestoresAnotherWritersSpecBeforeAnyStep(t *testing.T) {
-	ctx := context.Background()
-	w := newWorld(t, apiServerStatefulSets(nil), func(s *lullv1.Session, pod *corev1.Pod) {
-		id := drain.RequestID(pod.UID, lullv1.DrainReasonUpdate, 1)
-		s.Status.DrainSequence = 1
-		s.Status.Drain = &lullv1.DrainRequest{RequestID: id, PodUID: pod.UID, Reason: lullv1.DrainReasonUpdate, Revision: "alice-new", Sequence: 1, RequestedAt: metav1.NewTime(t0)}
-		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, RequestID: id, State: lullv1.RuntimeDrained}
-	})
-	cat := &lullv1.RuntimeCatalog{ObjectMeta: metav1.ObjectMeta{Name: lullv1.RuntimeCatalogName},
-		Spec: lullv1.RuntimeCatalogSpec{Images: []lullv1.CatalogImage{{Repository: "example.com/agent", Tags: []string{"2"}}}}}
-	if err := w.c.Create(ctx, cat); err != nil {
-		t.Fatal(err)
-	}
+	w := drainedWorld(t, apiServerStatefulSets(nil))
+	createCatalog(t, w, "2")
 	w.setImage("example.com/agent:3") // not listed: the session is held on agent:2
 	w.handEdit(privileged)            // another writer, meanwhile
 	observe(t, w)
@@ -68,18 +54,8 @@ func TestCatalogHoldStillRestoresAnotherWritersSpecBeforeAnyStep(t *testing.T) {
 //
 // FAILING ON PURPOSE: committed by the review to show the break.
 func TestCatalogHoldDoesNotRollOutAnImageTheCatalogRefuses(t *testing.T) {
-	ctx := context.Background()
-	w := newWorld(t, apiServerStatefulSets(nil), func(s *lullv1.Session, pod *corev1.Pod) {
-		id := drain.RequestID(pod.UID, lullv1.DrainReasonUpdate, 1)
-		s.Status.DrainSequence = 1
-		s.Status.Drain = &lullv1.DrainRequest{RequestID: id, PodUID: pod.UID, Reason: lullv1.DrainReasonUpdate, Revision: "alice-new", Sequence: 1, RequestedAt: metav1.NewTime(t0)}
-		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, RequestID: id, State: lullv1.RuntimeDrained}
-	})
-	cat := &lullv1.RuntimeCatalog{ObjectMeta: metav1.ObjectMeta{Name: lullv1.RuntimeCatalogName},
-		Spec: lullv1.RuntimeCatalogSpec{Images: []lullv1.CatalogImage{{Repository: "example.com/agent", Tags: []string{"2"}}}}}
-	if err := w.c.Create(ctx, cat); err != nil {
-		t.Fatal(err)
-	}
+	w := drainedWorld(t, apiServerStatefulSets(nil))
+	createCatalog(t, w, "2")
 	const evil = "evil.example.com/miner:1"
 	w.setImage("example.com/agent:3") // not listed: the session is held
 	w.handEdit(func(s *appsv1.StatefulSet) { s.Spec.Template.Spec.Containers[0].Image = evil })

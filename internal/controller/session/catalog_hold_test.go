@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/drain"
 	"lull.dev/lull/internal/render"
 )
 
@@ -53,17 +52,8 @@ func TestHeldTemplateFindsTheImageOfLullsLastWrite(t *testing.T) {
 // deleted, and the session says why (ImageNotAllowed).
 func TestCatalogHoldTakesNoStepOnAnotherWritersSpecItCannotRestore(t *testing.T) {
 	ctx := context.Background()
-	w := newWorld(t, apiServerStatefulSets(nil), func(s *lullv1.Session, pod *corev1.Pod) {
-		id := drain.RequestID(pod.UID, lullv1.DrainReasonUpdate, 1)
-		s.Status.DrainSequence = 1
-		s.Status.Drain = &lullv1.DrainRequest{RequestID: id, PodUID: pod.UID, Reason: lullv1.DrainReasonUpdate, Revision: "alice-new", Sequence: 1, RequestedAt: metav1.NewTime(t0)}
-		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, RequestID: id, State: lullv1.RuntimeDrained}
-	})
-	cat := &lullv1.RuntimeCatalog{ObjectMeta: metav1.ObjectMeta{Name: lullv1.RuntimeCatalogName},
-		Spec: lullv1.RuntimeCatalogSpec{Images: []lullv1.CatalogImage{{Repository: "example.com/agent", Tags: []string{"2"}}}}}
-	if err := w.c.Create(ctx, cat); err != nil {
-		t.Fatal(err)
-	}
+	w := drainedWorld(t, apiServerStatefulSets(nil))
+	createCatalog(t, w, "2")
 	tmpl := w.template()
 	tmpl.Spec.Template.Spec.Containers[0].Image = "example.com/agent:3" // not listed: held
 	tmpl.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "MODE", Value: "new"}}
@@ -95,17 +85,8 @@ func TestCatalogHoldTakesNoStepOnAnotherWritersSpecItCannotRestore(t *testing.T)
 // pod by lull: the session's Drained pod is kept, its drain withdrawn.
 func TestNoPodIsReplacedOntoAnImageTheCatalogStoppedListing(t *testing.T) {
 	ctx := context.Background()
-	w := newWorld(t, apiServerStatefulSets(nil), func(s *lullv1.Session, pod *corev1.Pod) {
-		id := drain.RequestID(pod.UID, lullv1.DrainReasonUpdate, 1)
-		s.Status.DrainSequence = 1
-		s.Status.Drain = &lullv1.DrainRequest{RequestID: id, PodUID: pod.UID, Reason: lullv1.DrainReasonUpdate, Revision: "alice-new", Sequence: 1, RequestedAt: metav1.NewTime(t0)}
-		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, RequestID: id, State: lullv1.RuntimeDrained}
-	})
-	cat := &lullv1.RuntimeCatalog{ObjectMeta: metav1.ObjectMeta{Name: lullv1.RuntimeCatalogName},
-		Spec: lullv1.RuntimeCatalogSpec{Images: []lullv1.CatalogImage{{Repository: "example.com/agent", Tags: []string{"1"}}}}}
-	if err := w.c.Create(ctx, cat); err != nil {
-		t.Fatal(err)
-	}
+	w := drainedWorld(t, apiServerStatefulSets(nil))
+	createCatalog(t, w, "1")
 	w.reconcileOK()
 	if !w.podExists() {
 		t.Errorf("the pod was deleted: its successor runs example.com/agent:2, which the catalog no longer lists")

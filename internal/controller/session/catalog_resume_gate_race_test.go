@@ -53,11 +53,7 @@ func TestAResumeIsNotMadeOntoARefusedImageWhenTheCacheCatchesUpAfterTheGate(t *t
 	cached.Store(atOne)
 	lagging.Store(true)
 
-	cat := &lullv1.RuntimeCatalog{ObjectMeta: metav1.ObjectMeta{Name: lullv1.RuntimeCatalogName},
-		Spec: lullv1.RuntimeCatalogSpec{Images: []lullv1.CatalogImage{{Repository: "example.com/agent", Tags: []string{"3"}}}}}
-	if err := w.c.Create(ctx, cat); err != nil {
-		t.Fatal(err)
-	}
+	createCatalog(t, w, "3")
 	s := w.session()
 	s.Spec.Suspend = false
 	if err := w.c.Update(ctx, s); err != nil {

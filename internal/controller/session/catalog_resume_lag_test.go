@@ -35,10 +35,7 @@ func testResumeOnLaggingCache(t *testing.T, templateChanged bool) {
 	ctx := context.Background()
 	var live atomic.Bool
 	var cached atomic.Pointer[appsv1.StatefulSet]
-	funcs := apiServerStatefulSets(nil)
-	funcs.Get = laggingGet(&live, &cached)
-	w := newWorld(t, funcs, func(s *lullv1.Session, _ *corev1.Pod) { s.Spec.Suspend = true })
-	w.r.APIReader = liveReader{c: w.c, live: &live}
+	w := laggingWorld(t, &live, &cached, func(s *lullv1.Session, _ *corev1.Pod) { s.Spec.Suspend = true })
 	// The suspension's pod is gone; lull scales the StatefulSet to zero.
 	if err := w.c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice-0"}}); err != nil {
 		t.Fatal(err)
@@ -50,11 +47,7 @@ func testResumeOnLaggingCache(t *testing.T, templateChanged bool) {
 	}
 	cached.Store(atOne) // the informer has not delivered the scale-down
 
-	cat := &lullv1.RuntimeCatalog{ObjectMeta: metav1.ObjectMeta{Name: lullv1.RuntimeCatalogName},
-		Spec: lullv1.RuntimeCatalogSpec{Images: []lullv1.CatalogImage{{Repository: "example.com/agent", Tags: []string{"3"}}}}}
-	if err := w.c.Create(ctx, cat); err != nil {
-		t.Fatal(err)
-	}
+	createCatalog(t, w, "3")
 	if templateChanged {
 		tmpl := w.template()
 		tmpl.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "MODE", Value: "fast"}}

@@ -35,15 +35,8 @@ func TestAResumeIsNotMadeOntoAnImageTheCatalogCacheStillLists(t *testing.T) {
 	ctx := context.Background()
 	var live atomic.Bool
 	var cached atomic.Pointer[lullv1.RuntimeCatalog] // the informer's copy, once it lags
-	funcs := apiServerStatefulSets(nil)
-	funcs.Get = laggingGet(&live, &cached)
-	w := newWorld(t, funcs, func(s *lullv1.Session, _ *corev1.Pod) { s.Spec.Suspend = true })
-	w.r.APIReader = liveReader{c: w.c, live: &live}
-	cat := &lullv1.RuntimeCatalog{ObjectMeta: metav1.ObjectMeta{Name: lullv1.RuntimeCatalogName},
-		Spec: lullv1.RuntimeCatalogSpec{Images: []lullv1.CatalogImage{{Repository: "example.com/agent", Tags: []string{"2"}}}}}
-	if err := w.c.Create(ctx, cat); err != nil {
-		t.Fatal(err)
-	}
+	w := laggingWorld(t, &live, &cached, func(s *lullv1.Session, _ *corev1.Pod) { s.Spec.Suspend = true })
+	cat := createCatalog(t, w, "2")
 	// The suspension's pod is gone; lull scales the StatefulSet to zero.
 	if err := w.c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice-0"}}); err != nil {
 		t.Fatal(err)
@@ -82,10 +75,7 @@ func TestANewSessionsStatefulSetIsNotCreatedOntoAnImageTheCatalogCacheStillLists
 	ctx := context.Background()
 	var live atomic.Bool
 	var cached atomic.Pointer[lullv1.RuntimeCatalog]
-	funcs := apiServerStatefulSets(nil)
-	funcs.Get = laggingGet(&live, &cached)
-	w := newWorld(t, funcs, nil)
-	w.r.APIReader = liveReader{c: w.c, live: &live}
+	w := laggingWorld(t, &live, &cached, nil)
 	// A new session: no StatefulSet, no pod yet.
 	for _, o := range []client.Object{
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice-0"}},
@@ -95,8 +85,7 @@ func TestANewSessionsStatefulSetIsNotCreatedOntoAnImageTheCatalogCacheStillLists
 			t.Fatal(err)
 		}
 	}
-	cat := &lullv1.RuntimeCatalog{ObjectMeta: metav1.ObjectMeta{Name: lullv1.RuntimeCatalogName},
-		Spec: lullv1.RuntimeCatalogSpec{Images: []lullv1.CatalogImage{{Repository: "example.com/agent", Tags: []string{"2"}}}}}
+	cat := agentCatalog("2")
 	cached.Store(cat.DeepCopy()) // lists agent:2; the informer stops here
 	cat.Spec.Images[0].Tags = []string{"3"}
 	if err := w.c.Create(ctx, cat); err != nil {

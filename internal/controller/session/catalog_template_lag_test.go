@@ -38,12 +38,8 @@ func TestAHeldTemplateIsNotWrittenOntoAnImageTheCatalogCacheStillLists(t *testin
 	ctx := context.Background()
 	var live atomic.Bool
 	var cached atomic.Pointer[lullv1.RuntimeCatalog]
-	funcs := apiServerStatefulSets(nil)
-	funcs.Get = laggingGet(&live, &cached)
-	w := newWorld(t, funcs, nil)
-	w.r.APIReader = liveReader{c: w.c, live: &live}
-	cat := &lullv1.RuntimeCatalog{ObjectMeta: metav1.ObjectMeta{Name: lullv1.RuntimeCatalogName},
-		Spec: lullv1.RuntimeCatalogSpec{Images: []lullv1.CatalogImage{{Repository: "example.com/agent", Tags: []string{"2", "3"}}}}}
+	w := laggingWorld(t, &live, &cached, nil)
+	cat := agentCatalog("2", "3")
 	cached.Store(cat.DeepCopy()) // lists agent:3; the informer stops here
 	cat.Spec.Images[0].Tags = []string{"2"}
 	if err := w.c.Create(ctx, cat); err != nil {
@@ -77,12 +73,8 @@ func TestATemplateWriteOverAStatefulSetWithoutItsPodIsJudgedOnTheAPIServersCatal
 	ctx := context.Background()
 	var live atomic.Bool
 	var cached atomic.Pointer[lullv1.RuntimeCatalog]
-	funcs := apiServerStatefulSets(nil)
-	funcs.Get = laggingGet(&live, &cached)
-	w := newWorld(t, funcs, nil)
-	w.r.APIReader = liveReader{c: w.c, live: &live}
-	cat := &lullv1.RuntimeCatalog{ObjectMeta: metav1.ObjectMeta{Name: lullv1.RuntimeCatalogName},
-		Spec: lullv1.RuntimeCatalogSpec{Images: []lullv1.CatalogImage{{Repository: "example.com/agent", Tags: []string{"2", "3"}}}}}
+	w := laggingWorld(t, &live, &cached, nil)
+	cat := agentCatalog("2", "3")
 	cached.Store(cat.DeepCopy())
 	cat.Spec.Images[0].Tags = []string{"2"}
 	if err := w.c.Create(ctx, cat); err != nil {

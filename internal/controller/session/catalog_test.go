@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -12,6 +13,25 @@ import (
 	lullv1 "lull.dev/lull/api/v1alpha1"
 	"lull.dev/lull/internal/catalog/catalogtest"
 )
+
+// agentCatalog is the RuntimeCatalog listing example.com/agent at tags
+// only: the image a test's template names is allowed or refused by the
+// tags it passes.
+func agentCatalog(tags ...string) *lullv1.RuntimeCatalog {
+	return &lullv1.RuntimeCatalog{ObjectMeta: metav1.ObjectMeta{Name: lullv1.RuntimeCatalogName},
+		Spec: lullv1.RuntimeCatalogSpec{Images: []lullv1.CatalogImage{{Repository: "example.com/agent", Tags: tags}}}}
+}
+
+// createCatalog stores agentCatalog(tags...) on the API server and
+// returns it, for a test that narrows or widens it later.
+func createCatalog(t *testing.T, w *world, tags ...string) *lullv1.RuntimeCatalog {
+	t.Helper()
+	cat := agentCatalog(tags...)
+	if err := w.c.Create(context.Background(), cat); err != nil {
+		t.Fatal(err)
+	}
+	return cat
+}
 
 func TestGateImage(t *testing.T) {
 	const (

@@ -11,7 +11,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
-	"lull.dev/lull/drain"
 	"lull.dev/lull/internal/render"
 )
 
@@ -31,23 +30,10 @@ import (
 // on the refused image, and no drift would ever be told. (Found by the
 // third review, which committed this test failing.)
 func TestNoPodIsReplacedOntoARefusedImageTheStatefulSetCacheHasNotShownYet(t *testing.T) {
-	ctx := context.Background()
 	var live atomic.Bool
 	var cached atomic.Pointer[appsv1.StatefulSet] // the informer's copy, once it lags
-	funcs := apiServerStatefulSets(nil)
-	funcs.Get = laggingGet(&live, &cached)
-	w := newWorld(t, funcs, func(s *lullv1.Session, pod *corev1.Pod) {
-		id := drain.RequestID(pod.UID, lullv1.DrainReasonUpdate, 1)
-		s.Status.DrainSequence = 1
-		s.Status.Drain = &lullv1.DrainRequest{RequestID: id, PodUID: pod.UID, Reason: lullv1.DrainReasonUpdate, Revision: "alice-new", Sequence: 1, RequestedAt: metav1.NewTime(t0)}
-		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, RequestID: id, State: lullv1.RuntimeDrained}
-	})
-	w.r.APIReader = liveReader{c: w.c, live: &live}
-	cat := &lullv1.RuntimeCatalog{ObjectMeta: metav1.ObjectMeta{Name: lullv1.RuntimeCatalogName},
-		Spec: lullv1.RuntimeCatalogSpec{Images: []lullv1.CatalogImage{{Repository: "example.com/agent", Tags: []string{"2"}}}}}
-	if err := w.c.Create(ctx, cat); err != nil {
-		t.Fatal(err)
-	}
+	w := laggingWorld(t, &live, &cached, drainedReport)
+	createCatalog(t, w, "2")
 	cached.Store(w.statefulSet()) // lull's own spec on agent:2; the informer stops here
 	const evil = "evil.example.com/miner:1"
 	live.Store(true) // the second writer and the StatefulSet controller see the API server
@@ -89,20 +75,8 @@ func TestNoPodIsReplacedOntoAnImageTheCatalogCacheStillLists(t *testing.T) {
 	ctx := context.Background()
 	var live atomic.Bool
 	var cached atomic.Pointer[lullv1.RuntimeCatalog] // the informer's copy, once it lags
-	funcs := apiServerStatefulSets(nil)
-	funcs.Get = laggingGet(&live, &cached)
-	w := newWorld(t, funcs, func(s *lullv1.Session, pod *corev1.Pod) {
-		id := drain.RequestID(pod.UID, lullv1.DrainReasonUpdate, 1)
-		s.Status.DrainSequence = 1
-		s.Status.Drain = &lullv1.DrainRequest{RequestID: id, PodUID: pod.UID, Reason: lullv1.DrainReasonUpdate, Revision: "alice-new", Sequence: 1, RequestedAt: metav1.NewTime(t0)}
-		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, RequestID: id, State: lullv1.RuntimeDrained}
-	})
-	w.r.APIReader = liveReader{c: w.c, live: &live}
-	cat := &lullv1.RuntimeCatalog{ObjectMeta: metav1.ObjectMeta{Name: lullv1.RuntimeCatalogName},
-		Spec: lullv1.RuntimeCatalogSpec{Images: []lullv1.CatalogImage{{Repository: "example.com/agent", Tags: []string{"2"}}}}}
-	if err := w.c.Create(ctx, cat); err != nil {
-		t.Fatal(err)
-	}
+	w := laggingWorld(t, &live, &cached, drainedReport)
+	cat := createCatalog(t, w, "2")
 	cached.Store(cat.DeepCopy()) // lists agent:2; the informer stops here
 	cat.Spec.Images[0].Tags = []string{"3"}
 	if err := w.c.Update(ctx, cat); err != nil {
@@ -193,6 +167,24 @@ func TestOnlyWritesThatStartAPodOrChangeItsImageAreJudgedOnTheLiveCatalog(t *tes
 			t.Errorf("%s: judgedOnLiveCatalog = %v, want %v", tc.name, got, tc.want)
 		}
 	}
+}
+
+// laggingWorld is newWorld (edit changes the session) whose client lags
+// the API server for objects of cached's type, as an informer that has
+// stopped delivering does: while live is false a Get of that type answers
+// with the copy cached holds (laggingGet). Its APIReader reads the API
+// server (liveReader). A test makes the cache lag by storing a copy.
+func laggingWorld[T any, PT interface {
+	*T
+	client.Object
+	DeepCopyInto(PT)
+}](t *testing.T, live *atomic.Bool, cached *atomic.Pointer[T], edit func(s *lullv1.Session, pod *corev1.Pod)) *world {
+	t.Helper()
+	funcs := apiServerStatefulSets(nil)
+	funcs.Get = laggingGet[T, PT](live, cached)
+	w := newWorld(t, funcs, edit)
+	w.r.APIReader = liveReader{c: w.c, live: live}
+	return w
 }
 
 // laggingGet is a Get interceptor for objects of cached's type: while

@@ -1,7 +1,6 @@
 package session
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -34,13 +33,8 @@ import (
 // template's idle culling off. (Found by the fifth review, which
 // committed this test failing.)
 func TestACommittedIdleCullThatIsNoLongerDueDoesNotReplaceThePodOntoARefusedImage(t *testing.T) {
-	ctx := context.Background()
 	w := committedIdleWorld(t, interceptor.Funcs{})
-	cat := &lullv1.RuntimeCatalog{ObjectMeta: metav1.ObjectMeta{Name: lullv1.RuntimeCatalogName},
-		Spec: lullv1.RuntimeCatalogSpec{Images: []lullv1.CatalogImage{{Repository: "example.com/agent", Tags: []string{"3"}}}}}
-	if err := w.c.Create(ctx, cat); err != nil {
-		t.Fatal(err)
-	}
+	createCatalog(t, w, "3")
 	setIdlePolicy(t, w, lullv1.IdlePolicy{}) // idle culling off: the cull is no longer due
 
 	for range 2 {
@@ -61,7 +55,6 @@ func TestACommittedIdleCullThatIsNoLongerDueDoesNotReplaceThePodOntoARefusedImag
 // refuses. It is withheld: nothing is committed and the pod is not
 // deleted. (Found by the sixth review.)
 func TestNoReplacementUnderAnIdleDrainIsDeletedOntoARefusedImage(t *testing.T) {
-	ctx := context.Background()
 	w := newWorld(t, interceptor.Funcs{}, func(s *lullv1.Session, pod *corev1.Pod) {
 		pod.Labels[appsv1.ControllerRevisionHashLabelKey] = "alice-old" // stale
 		pod.CreationTimestamp = metav1.NewTime(t0.Add(-2 * time.Hour))
@@ -76,11 +69,7 @@ func TestNoReplacementUnderAnIdleDrainIsDeletedOntoARefusedImage(t *testing.T) {
 		s.Status.Lifecycle = &lullv1.LifecycleStatus{IdlePodUID: pod.UID, IdleSince: &last, IdleActivity: &last}
 	})
 	setIdlePolicy(t, w, lullv1.IdlePolicy{SuspendAfter: &metav1.Duration{Duration: 30 * time.Minute}})
-	cat := &lullv1.RuntimeCatalog{ObjectMeta: metav1.ObjectMeta{Name: lullv1.RuntimeCatalogName},
-		Spec: lullv1.RuntimeCatalogSpec{Images: []lullv1.CatalogImage{{Repository: "example.com/agent", Tags: []string{"3"}}}}}
-	if err := w.c.Create(ctx, cat); err != nil {
-		t.Fatal(err)
-	}
+	createCatalog(t, w, "3")
 
 	for range 3 {
 		_, _ = w.reconcile()

@@ -21,6 +21,32 @@ func runtimeWrite(at time.Time) metav1.ManagedFieldsEntry {
 		Time: &metav1.Time{Time: at}, FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:runtime":{".":{},"f:podUID":{}}}}`)}}
 }
 
+// reportWrittenAt has every read of the session carry the runtime's write
+// of status.runtime at *written (runtimeWrite), as the API server returns
+// it: the fake store keeps no managed fields. A pointer, so that a test
+// can move the write.
+func reportWrittenAt(written *time.Time) interceptor.Funcs {
+	return interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
+		if err := c.Get(ctx, key, o, opts...); err != nil {
+			return err
+		}
+		if s, ok := o.(*lullv1.Session); ok {
+			s.ManagedFields = []metav1.ManagedFieldsEntry{runtimeWrite(*written)}
+		}
+		return nil
+	}}
+}
+
+// crashLooping is the status of container name as the kubelet shows it
+// between a crash and the restart it has not published yet: restarts
+// restarts, waiting in CrashLoopBackOff, its last termination (exitCode)
+// finished at finished.
+func crashLooping(name string, restarts, exitCode int32, finished time.Time) corev1.ContainerStatus {
+	return corev1.ContainerStatus{Name: name, RestartCount: restarts,
+		State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exitCode, FinishedAt: metav1.NewTime(finished)}}}
+}
+
 // A stale pod in CrashLoopBackOff whose kubelet has restarted the runtime
 // container but not yet published Running: the runtime has reported
 // Serving since the container last terminated (the API server's time of
@@ -40,19 +66,9 @@ func TestReportAfterCrashKeepsThePodOfALiveRuntime(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// The fake store keeps no managed fields: reads get the
 			// runtime's entry as the API server would return it.
-			withWrite := interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
-				if err := c.Get(ctx, key, o, opts...); err != nil {
-					return err
-				}
-				if s, ok := o.(*lullv1.Session); ok {
-					s.ManagedFields = []metav1.ManagedFieldsEntry{runtimeWrite(tc.written)}
-				}
-				return nil
-			}}
+			withWrite := reportWrittenAt(&tc.written)
 			w := newWorld(t, withWrite, func(s *lullv1.Session, pod *corev1.Pod) {
-				pod.Status.ContainerStatuses[0] = corev1.ContainerStatus{Name: lullv1.RuntimeContainerName, RestartCount: 4,
-					State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
-					LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, FinishedAt: metav1.NewTime(finished)}}}
+				pod.Status.ContainerStatuses[0] = crashLooping(lullv1.RuntimeContainerName, 4, 2, finished)
 				s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, State: lullv1.RuntimeServing, ActiveTurns: 1}
 			})
 			if _, err := w.reconcile(); err != nil {
@@ -78,19 +94,9 @@ func TestReportAfterCrashKeepsThePodOfALiveRuntime(t *testing.T) {
 func TestRecordedRestartSurvivesAnOverwrittenReport(t *testing.T) {
 	finished := t0.Add(-20 * time.Second)
 	written := t0.Add(-2 * time.Second)
-	withWrite := interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
-		if err := c.Get(ctx, key, o, opts...); err != nil {
-			return err
-		}
-		if s, ok := o.(*lullv1.Session); ok {
-			s.ManagedFields = []metav1.ManagedFieldsEntry{runtimeWrite(written)}
-		}
-		return nil
-	}}
+	withWrite := reportWrittenAt(&written)
 	w := newWorld(t, withWrite, func(s *lullv1.Session, pod *corev1.Pod) {
-		pod.Status.ContainerStatuses[0] = corev1.ContainerStatus{Name: lullv1.RuntimeContainerName, RestartCount: 4,
-			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
-			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, FinishedAt: metav1.NewTime(finished)}}}
+		pod.Status.ContainerStatuses[0] = crashLooping(lullv1.RuntimeContainerName, 4, 2, finished)
 		s.Status.StartedPodUID = pod.UID // seen in an earlier run
 		s.Status.StartedReportTime = &metav1.Time{Time: finished.Add(-time.Minute)}
 		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, State: lullv1.RuntimeServing, ActiveTurns: 1}
@@ -136,20 +142,10 @@ func withSidecar(pod *corev1.Pod) {
 func TestSidecarHoldsTheTurnsOfACrashLoopingRuntime(t *testing.T) {
 	finished := t0.Add(-20 * time.Second)
 	written := finished.Add(-30 * time.Second) // the sidecar's last refresh
-	withWrite := interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
-		if err := c.Get(ctx, key, o, opts...); err != nil {
-			return err
-		}
-		if s, ok := o.(*lullv1.Session); ok {
-			s.ManagedFields = []metav1.ManagedFieldsEntry{runtimeWrite(written)}
-		}
-		return nil
-	}}
+	withWrite := reportWrittenAt(&written)
 	w := newWorld(t, withWrite, func(s *lullv1.Session, pod *corev1.Pod) {
 		withSidecar(pod)
-		pod.Status.ContainerStatuses[0] = corev1.ContainerStatus{Name: lullv1.RuntimeContainerName, RestartCount: 4,
-			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
-			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, FinishedAt: metav1.NewTime(finished)}}}
+		pod.Status.ContainerStatuses[0] = crashLooping(lullv1.RuntimeContainerName, 4, 2, finished)
 		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, State: lullv1.RuntimeServing, ActiveTurns: 1}
 	})
 	for range 3 {

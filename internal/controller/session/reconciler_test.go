@@ -159,12 +159,16 @@ func (w *world) eventReasons() []string {
 // drainedWorld has a drain request outstanding for the stale pod and its
 // runtime's matching Drained report.
 func drainedWorld(t *testing.T, funcs interceptor.Funcs) *world {
-	return newWorld(t, funcs, func(s *lullv1.Session, pod *corev1.Pod) {
-		id := drain.RequestID(pod.UID, lullv1.DrainReasonUpdate, 1)
-		s.Status.DrainSequence = 1
-		s.Status.Drain = &lullv1.DrainRequest{RequestID: id, PodUID: pod.UID, Reason: lullv1.DrainReasonUpdate, Revision: "alice-new", Sequence: 1, RequestedAt: metav1.NewTime(t0)}
-		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, RequestID: id, State: lullv1.RuntimeDrained}
-	})
+	return newWorld(t, funcs, drainedReport)
+}
+
+// drainedReport is drainedWorld's session: a drain request outstanding for
+// the stale pod and its runtime's matching Drained report.
+func drainedReport(s *lullv1.Session, pod *corev1.Pod) {
+	id := drain.RequestID(pod.UID, lullv1.DrainReasonUpdate, 1)
+	s.Status.DrainSequence = 1
+	s.Status.Drain = &lullv1.DrainRequest{RequestID: id, PodUID: pod.UID, Reason: lullv1.DrainReasonUpdate, Revision: "alice-new", Sequence: 1, RequestedAt: metav1.NewTime(t0)}
+	s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, RequestID: id, State: lullv1.RuntimeDrained}
 }
 
 // A Drained report is committed (one status write, with the observed

@@ -1,14 +1,10 @@
 package session
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
 )
@@ -45,23 +41,11 @@ func TestRestartedSidecarHoldingATurnSurvivesAnOverwrittenReport(t *testing.T) {
 	sidecarCrashed := t0.Add(-40 * time.Second)
 	written := t0.Add(-30 * time.Second) // the restarted sidecar's first report
 	runtimeCrashed := t0.Add(-20 * time.Second)
-	withWrite := interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
-		if err := c.Get(ctx, key, o, opts...); err != nil {
-			return err
-		}
-		if s, ok := o.(*lullv1.Session); ok {
-			s.ManagedFields = []metav1.ManagedFieldsEntry{runtimeWrite(written)}
-		}
-		return nil
-	}}
+	withWrite := reportWrittenAt(&written)
 	w := newWorld(t, withWrite, func(s *lullv1.Session, pod *corev1.Pod) {
 		withSidecar(pod)
-		pod.Status.InitContainerStatuses[0] = corev1.ContainerStatus{Name: lullv1.AgentContainerName, RestartCount: 1,
-			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
-			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, FinishedAt: metav1.NewTime(sidecarCrashed)}}}
-		pod.Status.ContainerStatuses[0] = corev1.ContainerStatus{Name: lullv1.RuntimeContainerName, RestartCount: 3,
-			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
-			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, FinishedAt: metav1.NewTime(runtimeCrashed)}}}
+		pod.Status.InitContainerStatuses[0] = crashLooping(lullv1.AgentContainerName, 1, 1, sidecarCrashed)
+		pod.Status.ContainerStatuses[0] = crashLooping(lullv1.RuntimeContainerName, 3, 2, runtimeCrashed)
 		// The sidecar's report: no startedAt, as the sidecar writes it.
 		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, State: lullv1.RuntimeServing, ActiveTurns: 1}
 	})

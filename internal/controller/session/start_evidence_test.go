@@ -31,6 +31,21 @@ func overwriteReport(t *testing.T, w *world, r *lullv1.RuntimeReport) {
 	}
 }
 
+// notAdmitted empties the template's wave: the stale session is not
+// admitted yet and waits for a place in it (WaitingForWave, a passing
+// state, whose write settles).
+func notAdmitted(t *testing.T, w *world) {
+	t.Helper()
+	tmpl := &lullv1.SessionTemplate{}
+	if err := w.c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: "agent"}, tmpl); err != nil {
+		t.Fatal(err)
+	}
+	tmpl.Status.Wave = nil
+	if err := w.c.Status().Update(context.Background(), tmpl); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A stale pod whose runtime has reported Serving and holds a turn while the
 // kubelet still shows ContainerCreating: the controller records that it saw
 // the runtime started (status.startedPodUID) with the step it writes, at
@@ -52,14 +67,7 @@ func TestRecordedStartSurvivesAnOverwrittenReport(t *testing.T) {
 				s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, State: lullv1.RuntimeServing, ActiveTurns: 1}
 			})
 			if !tc.admitted {
-				tmpl := &lullv1.SessionTemplate{}
-				if err := w.c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: "agent"}, tmpl); err != nil {
-					t.Fatal(err)
-				}
-				tmpl.Status.Wave = nil
-				if err := w.c.Status().Update(context.Background(), tmpl); err != nil {
-					t.Fatal(err)
-				}
+				notAdmitted(t, w)
 			}
 			if _, err := w.reconcile(); err != nil {
 				t.Fatal(err)

@@ -1,13 +1,10 @@
 package session
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
@@ -41,19 +38,10 @@ import (
 func TestUnorderedReportOfARestartedRuntimeSurvivesAnOverwrite(t *testing.T) {
 	crashed := t0.Add(-15 * time.Second)
 	w := newWorld(t, interceptor.Funcs{}, func(s *lullv1.Session, pod *corev1.Pod) {
-		pod.Status.ContainerStatuses[0] = corev1.ContainerStatus{Name: lullv1.RuntimeContainerName, RestartCount: 1,
-			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
-			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, FinishedAt: metav1.NewTime(crashed)}}}
+		pod.Status.ContainerStatuses[0] = crashLooping(lullv1.RuntimeContainerName, 1, 1, crashed)
 		s.Status.Runtime = &lullv1.RuntimeReport{PodUID: pod.UID, State: lullv1.RuntimeServing, ActiveTurns: 1}
 	})
-	tmpl := &lullv1.SessionTemplate{}
-	if err := w.c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: "agent"}, tmpl); err != nil {
-		t.Fatal(err)
-	}
-	tmpl.Status.Wave = nil // not admitted yet
-	if err := w.c.Status().Update(context.Background(), tmpl); err != nil {
-		t.Fatal(err)
-	}
+	notAdmitted(t, w) // not admitted yet
 	if _, err := w.reconcile(); err != nil {
 		t.Fatal(err)
 	}

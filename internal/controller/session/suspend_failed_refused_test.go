@@ -6,7 +6,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -34,7 +33,6 @@ import (
 // on the refused image. (Found by the fifth review, which committed this
 // test failing.)
 func TestASuspendedSessionsFailedPodIsNotDeletedWhileItsStatefulSetWouldRecreateItOnARefusedImage(t *testing.T) {
-	ctx := context.Background()
 	var atDelete []int32
 	funcs := apiServerStatefulSets(nil)
 	funcs.Delete = func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.DeleteOption) error {
@@ -50,11 +48,7 @@ func TestASuspendedSessionsFailedPodIsNotDeletedWhileItsStatefulSetWouldRecreate
 		s.Spec.Suspend = true
 		pod.Status.ContainerStatuses[0].State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}
 	})
-	cat := &lullv1.RuntimeCatalog{ObjectMeta: metav1.ObjectMeta{Name: lullv1.RuntimeCatalogName},
-		Spec: lullv1.RuntimeCatalogSpec{Images: []lullv1.CatalogImage{{Repository: "example.com/agent", Tags: []string{"3"}}}}}
-	if err := w.c.Create(ctx, cat); err != nil {
-		t.Fatal(err)
-	}
+	createCatalog(t, w, "3")
 
 	_, _ = w.reconcile() // commits the failure
 	_, _ = w.reconcile() // scales it away
