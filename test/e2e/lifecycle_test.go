@@ -277,9 +277,12 @@ func TestTurnDuringIdleDrainKeepsTheSession(t *testing.T) {
 	if code, _, err := a.do("DELETE", "/v1/turns/"+turnID); err != nil || code != http.StatusNoContent {
 		t.Errorf("end turn: %d %v", code, err)
 	}
-	if n := eventCounts(t, ns, name)["IdleCullWithdrawn"]; n != 1 {
-		t.Errorf("%d IdleCullWithdrawn events, want 1", n)
-	}
+	eventually(t, 10*time.Second, "one IdleCullWithdrawn Event", func() error {
+		if n := eventCounts(t, ns, name)["IdleCullWithdrawn"]; n != 1 {
+			return fmt.Errorf("%d IdleCullWithdrawn events, want 1", n)
+		}
+		return nil
+	})
 }
 
 // Health checks, drain-state polls and the drain stream are not activity:
@@ -388,9 +391,14 @@ func TestIdleSessionIsDeleted(t *testing.T) {
 		}
 		return fmt.Errorf("session still there: %v", err)
 	})
-	if n := eventCounts(t, ns, name)["IdleDelete"]; n != 1 {
-		t.Errorf("%d IdleDelete events, want 1", n)
-	}
+	// The Event is recorded after the delete succeeded, and the recorder
+	// posts it a moment later.
+	eventually(t, 10*time.Second, "one IdleDelete Event", func() error {
+		if n := eventCounts(t, ns, name)["IdleDelete"]; n != 1 {
+			return fmt.Errorf("%d IdleDelete events, want 1", n)
+		}
+		return nil
+	})
 }
 
 // maxLifetime restarts busy sessions, each drained first (no turn is
