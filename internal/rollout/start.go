@@ -121,10 +121,11 @@ func renewsRecord(o Observed) bool {
 
 // unrecordedRestart reports whether the session's report, naming its pod
 // and from a run after the runtime container's last termination
-// (reportSince), is evidence the record does not hold: there is no record
-// of the pod (its runtime crashed before it ever reported, or the record
-// is the previous pod's), or one from a run no later than that termination
-// (recordSince).
+// (reportMaySince), or one that cannot be ordered as the kubelet shows no
+// termination time, is evidence the record does not hold: there is no
+// record of the pod (its runtime crashed before it ever reported, or the
+// record is the previous pod's), or one from a run no later than that
+// termination (recordSince).
 func unrecordedRestart(o Observed) bool {
 	pod, st := o.Pod, o.Session.Status
 	r := st.Runtime
@@ -132,7 +133,15 @@ func unrecordedRestart(o Observed) bool {
 		return false
 	}
 	finished, terminated := lastTermination(runtimeStatus(pod))
-	if !terminated || !reportMaySince(pod, r, o.ReportWrittenAt, finished) {
+	if !terminated {
+		// No termination time shown (none, or one the kubelet lost track
+		// of: ContainerStatusUnknown has no finishedAt): the report cannot
+		// be ordered against it and is taken as live
+		// (reportedSinceTermination); it is evidence the record does not
+		// hold when there is no record of the pod.
+		return st.StartedPodUID != pod.UID
+	}
+	if !reportMaySince(pod, r, o.ReportWrittenAt, finished) {
 		return false
 	}
 	return st.StartedPodUID != pod.UID || !recordSince(pod, st, finished)

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/catalog"
 	"lull.dev/lull/internal/rollout"
 )
 
@@ -90,6 +91,18 @@ func (r *Reconciler) retryCreate(ctx context.Context, s *lullv1.Session, sts *ap
 		}
 	}
 	if !rollout.RetryCreate(ref, rollout.RefusedSince(s, ref.Reason, now), lastAsked, quota, now) {
+		return nil
+	}
+	// The ask starts a pod from the StatefulSet's template: like every
+	// write that starts a pod, it is judged on the catalog as the API
+	// server holds it. While the catalog refuses the image the StatefulSet
+	// holds, lull does not hurry the StatefulSet controller's own retries.
+	cat, err := catalog.Read(ctx, r.reader())
+	if err != nil {
+		return fmt.Errorf("confirm the catalog before asking for the pod of StatefulSet %s again: %w", sts.Name, err)
+	}
+	if refused := imageRefused(cat, sts); refused != "" {
+		log.FromContext(ctx).Info("not asking for the refused pod again: the catalog refuses its image", "statefulSet", sts.Name, "why", refused)
 		return nil
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
