@@ -94,23 +94,35 @@ func (r *Reconciler) retryCreate(ctx context.Context, s *lullv1.Session, sts *ap
 		return nil
 	}
 	// The ask starts a pod from the StatefulSet's template: like every
-	// write that starts a pod, it is judged on the catalog as the API
-	// server holds it. While the catalog refuses the image the StatefulSet
-	// holds, lull does not hurry the StatefulSet controller's own retries.
+	// write that starts a pod, it is judged on the StatefulSet and the
+	// catalog as the API server holds them (the cache may not show another
+	// writer's image yet), and lands only on the version judged. While the
+	// catalog refuses the image the StatefulSet holds, lull does not hurry
+	// the StatefulSet controller's own retries.
+	live := &appsv1.StatefulSet{}
+	if err := r.reader().Get(ctx, client.ObjectKeyFromObject(sts), live); err != nil {
+		return client.IgnoreNotFound(err)
+	}
 	cat, err := catalog.Read(ctx, r.reader())
 	if err != nil {
 		return fmt.Errorf("confirm the catalog before asking for the pod of StatefulSet %s again: %w", sts.Name, err)
 	}
-	if refused := imageRefused(cat, sts); refused != "" {
+	if refused := imageRefused(cat, live); refused != "" {
 		log.FromContext(ctx).Info("not asking for the refused pod again: the catalog refuses its image", "statefulSet", sts.Name, "why", refused)
 		return nil
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": live.ResourceVersion, "annotations": map[string]string{
 		lullv1.AnnotationCreateRetriedAt: now.UTC().Format(time.RFC3339Nano)}}})
 	if err != nil {
 		return err
 	}
-	if err := r.Client.Patch(ctx, sts, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(lullv1.FieldManagerController)); err != nil {
+	err = r.Client.Patch(ctx, live, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(lullv1.FieldManagerController))
+	if apierrors.IsConflict(err) {
+		// Changed since it was judged: judged again on the next reconcile,
+		// which the change brings.
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("ask the StatefulSet controller to create the pod of StatefulSet %s again: %w", sts.Name, err)
 	}
 	log.FromContext(ctx).Info("asked the StatefulSet controller to create the refused pod again", "statefulSet", sts.Name, "reason", ref.Reason)
