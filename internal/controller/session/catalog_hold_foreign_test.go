@@ -22,9 +22,8 @@ import (
 // controller creates its successor from the other writer's spec. The
 // same with an image changed to one the catalog refuses: the hold keeps
 // "the image the StatefulSet holds", now that writer's, and lull rolls it
-// out.
-//
-// FAILING ON PURPOSE: committed by the review to show the break.
+// out. (Found by a review, which committed this test failing; the hold
+// now restores another writer's spec before any step.)
 func TestCatalogHoldStillRestoresAnotherWritersSpecBeforeAnyStep(t *testing.T) {
 	w := drainedWorld(t, apiServerStatefulSets(nil))
 	createCatalog(t, w, "2")
@@ -50,9 +49,7 @@ func TestCatalogHoldStillRestoresAnotherWritersSpecBeforeAnyStep(t *testing.T) {
 // that sets the StatefulSet's runtime image to one the catalog does not
 // list (here evil.example.com/miner:1) has lull drain the session's pod
 // and delete it, and the StatefulSet controller starts its successor on
-// that image.
-//
-// FAILING ON PURPOSE: committed by the review to show the break.
+// that image. (Found by a review, which committed this test failing.)
 func TestCatalogHoldDoesNotRollOutAnImageTheCatalogRefuses(t *testing.T) {
 	w := drainedWorld(t, apiServerStatefulSets(nil))
 	createCatalog(t, w, "2")
