@@ -85,6 +85,14 @@ func NextStatus(o Observed, j lifecycle.Judgement, a Action) lullv1.SessionStatu
 		// which for a resumed session was its suspension.
 		meta.FindStatusCondition(st.Conditions, lullv1.ConditionReady).LastTransitionTime = metav1.NewTime(o.Now)
 	}
+	if !ready && o.Pod == nil && !s.Spec.Suspend && (s.Status.PodUID != "" || hasConditionReason(s, lullv1.ConditionReady, lullv1.ReasonSuspended)) {
+		// The session has just lost its pod (its node went, someone
+		// deleted it, a replacement) or its suspension has just ended:
+		// the time it has to get a pod and become Ready starts now, not
+		// when it last stopped being Ready, which may be long before (a
+		// pod stuck on a lost node, the suspension itself).
+		meta.FindStatusCondition(st.Conditions, lullv1.ConditionReady).LastTransitionTime = metav1.NewTime(o.Now)
+	}
 
 	switch {
 	case s.Spec.Suspend:
