@@ -35,7 +35,18 @@ func TestHandEditedStatefulSetIsRestoredOnce(t *testing.T) {
 	}
 	key := types.NamespacedName{Namespace: ns, Name: s.Name}
 	sts := &appsv1.StatefulSet{}
-	eventually(t, 10*time.Second, "the StatefulSet rendered", func(ctx context.Context) error { return admin.Get(ctx, key, sts) })
+	// A create claims generation 1 without the UID, which the API server
+	// assigns; the response shows it and a metadata-only write corrects
+	// the record (specWrittenClaim). Settled means that write has landed.
+	eventually(t, 10*time.Second, "the StatefulSet rendered and its record corrected", func(ctx context.Context) error {
+		if err := admin.Get(ctx, key, sts); err != nil {
+			return err
+		}
+		if rec, want := sts.Annotations[lullv1.AnnotationSpecWritten], "/"+string(sts.UID); !strings.HasSuffix(rec, want) {
+			return fmt.Errorf("record %s=%q names no UID %s yet", lullv1.AnnotationSpecWritten, rec, sts.UID)
+		}
+		return nil
+	})
 	// Settled: nothing rewrites what the API server defaulted.
 	rv := sts.ResourceVersion
 	time.Sleep(2 * time.Second)
