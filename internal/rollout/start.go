@@ -66,6 +66,17 @@ func RecordStart(o Observed) bool {
 	return !kubeletShowsStart(pod) || (unrecordedRestart(o) && backingOff(pod)) || sidecarRestartUnrecorded(o)
 }
 
+// WithStartRecord is the session's status with the record of a start o
+// shows (startRecordOf) and nothing else changed: what a reconcile that
+// ends before its status write (an error, a step decided again) writes
+// when RecordStart says the record must not wait.
+func WithStartRecord(o Observed) lullv1.SessionStatus {
+	st := *o.Session.Status.DeepCopy()
+	rec := startRecordOf(o)
+	st.StartedPodUID, st.StartedReportTime, st.StartedRunTime = rec.PodUID, rec.ReportTime, rec.RunTime
+	return st
+}
+
 // startRecord is the controller's record of a start: status.startedPodUID,
 // status.startedReportTime and status.startedRunTime.
 type startRecord struct {

@@ -62,6 +62,9 @@ func (r *Reconciler) reconcileSession(ctx context.Context, req ctrl.Request) (ct
 	} {
 		pr, err := phase(ctx, sc)
 		if err != nil || pr.done {
+			if err != nil || pr.Result == retryStep {
+				r.recordStartOnEnd(ctx, sc)
+			}
 			return sc.waits.lookAgain(pr.Result, err, now)
 		}
 		result.RequeueAfter = rollout.Soonest(result.RequeueAfter, pr.RequeueAfter)
@@ -69,6 +72,36 @@ func (r *Reconciler) reconcileSession(ctx context.Context, req ctrl.Request) (ct
 	// A restore that waits (another writer keeps changing an object
 	// back) is written once its wait ends.
 	return sc.waits.lookAgain(result, nil, now)
+}
+
+// recordStartOnEnd records a start of the session's runtime that only
+// its report shows (rollout.RecordStart) when the reconcile ends without
+// a status write: on an error (a write refused by a webhook that is down,
+// an API server that failed) or a step decided again (retryStep; a write
+// the catalog on the API server refuses while the cache lags). Each such
+// end is retried, and may be for a long time, while a later write to
+// status.runtime can erase the only evidence (see NeverStarted). A phase
+// before observe has not read the pod: it is read here. A write that
+// fails is left to the next reconcile, which sees the report again if it
+// is still there.
+func (r *Reconciler) recordStartOnEnd(ctx context.Context, sc *sessionScope) {
+	o := sc.observed
+	if o.Session == nil {
+		if sc.template == nil {
+			return // the pod of the session's name may still be a predecessor's (reconcilePredecessor)
+		}
+		pod, err := r.pod(ctx, sc.session)
+		if err != nil {
+			return
+		}
+		o = rollout.Observed{Now: sc.now, Session: sc.session, Pod: pod, ReportWrittenAt: ReportWrittenAt(sc.session)}
+	}
+	if !rollout.RecordStart(o) {
+		return
+	}
+	if err := r.writeStatus(ctx, o.Session, rollout.WithStartRecord(o), "StartRecorded"); err != nil {
+		log.FromContext(ctx).V(1).Info("recording the runtime's start before the reconcile ends", "error", err.Error())
+	}
 }
 
 // sessionScope is what the phases of one reconcile of a session share:
