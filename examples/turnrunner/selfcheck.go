@@ -105,12 +105,16 @@ func checkNothingAt(path string) check {
 		return check{line: fmt.Sprintf("cannot tell whether %s holds a ServiceAccount token: %v", path, err)}
 	}
 	entries, err := os.ReadDir(path)
-	if err != nil || len(entries) == 0 {
-		return check{line: path + " exists: a ServiceAccount token may be mounted there"}
+	var names []string
+	for _, e := range entries {
+		// The kubelet's atomic writer keeps its versions in "..data" and
+		// "..<time>": not what the user needs to read.
+		if !strings.HasPrefix(e.Name(), "..") {
+			names = append(names, e.Name())
+		}
 	}
-	names := make([]string, len(entries))
-	for i, e := range entries {
-		names[i] = e.Name()
+	if err != nil || len(names) == 0 {
+		return check{line: path + " exists: a ServiceAccount token may be mounted there"}
 	}
 	return check{line: fmt.Sprintf("%s holds %s: this container can act as the session's ServiceAccount", path, strings.Join(names, ", "))}
 }
