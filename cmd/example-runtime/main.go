@@ -7,6 +7,12 @@
 // set a LULL_ variable. $IGNORE_SIGTERM=true makes it ignore SIGTERM, as
 // a runtime that does not handle it would: the kubelet kills it at the end
 // of its pod's grace period.
+//
+// `example-runtime selfcheck` takes no turn: it prints what the runtime
+// container can reach (no ServiceAccount token at the standard paths, the
+// API server refusing a request without one) and exits 0 only if all
+// holds. A user runs it by hand in a session with the agent sidecar:
+// `kubectl exec <pod> -c runtime -- example-runtime selfcheck`.
 package main
 
 import (

@@ -46,9 +46,17 @@ type Process struct {
 // once ctx is done, or for --help; an error for a bad flag or environment,
 // or when the runtime stops on its own — what a host process turns into
 // its exit status.
+//
+// With SelfCheckCommand as its first argument it takes no turn: it
+// checks that the container holds no ServiceAccount token and that the
+// API server refuses a request without one, prints a line per check to
+// p.Stdout, and returns an error unless all hold.
 func Main(ctx context.Context, p Process) error {
 	stdout, stderr := orDiscard(p.Stdout), orDiscard(p.Stderr)
 	getenv := lookup(p.Env)
+	if len(p.Args) > 0 && p.Args[0] == SelfCheckCommand {
+		return selfCheck(ctx, p.Args[1:], getenv, stdout)
+	}
 	var (
 		opts          Options
 		reportRefresh time.Duration

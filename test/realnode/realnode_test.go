@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/examples/turnrunner"
 	"lull.dev/lull/internal/dev/scenario"
 )
 
@@ -52,9 +53,10 @@ func pods(t *testing.T, ns string) []corev1.Pod {
 // A drained rollout of busy sessions whose runtime and sidecar are real
 // containers of lull's images: every pod is replaced on the real node,
 // the auditor finds no interrupted turn and no violation; before it, only
-// the sidecar's container has the session's token, and the API's pod log
-// endpoint (API server → kubelet, with its client certificate) serves both
-// containers' output.
+// the sidecar's container has the session's token (from the OCI spec, and
+// from inside the runtime's container through exec, where the API server
+// refuses its requests), and the API's pod log endpoint (API server →
+// kubelet, with its client certificate) serves both containers' output.
 func TestRealNodeRollout(t *testing.T) {
 	requireNode(t)
 	const ns, n = "real-rollout", 6
@@ -79,6 +81,50 @@ func TestRealNodeRollout(t *testing.T) {
 		}
 		if got := mounts[lullv1.AgentContainerName]; !slices.Contains(got, lullv1.AgentTokenDir) {
 			t.Errorf("the sidecar's container lacks its token at %s: %q", lullv1.AgentTokenDir, got)
+		}
+	})
+
+	// What the runtime itself sees, by the path a user has (kubectl exec):
+	// `example-runtime selfcheck` finds nothing at the token paths, and
+	// the API server, reached at the kubernetes Service from inside the
+	// container, refusing a request without credentials.
+	t.Run("TheRuntimeSeesNoTokenAndIsRefused", func(t *testing.T) {
+		p := pods(t, ns)[0]
+		out, errOut, code := execIn(t, ns, p.Name, lullv1.RuntimeContainerName, "example-runtime", turnrunner.SelfCheckCommand)
+		t.Logf("kubectl exec %s -c %s -- example-runtime selfcheck:\n%s", p.Name, lullv1.RuntimeContainerName, out)
+		if code != 0 {
+			t.Errorf("selfcheck exited %d, want 0 (stderr: %s)", code, errOut)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != len(turnrunner.TokenPaths)+1 {
+			t.Fatalf("selfcheck printed %d lines, want %d (one per token path, one for the API server)", len(lines), len(turnrunner.TokenPaths)+1)
+		}
+		for i, path := range turnrunner.TokenPaths {
+			if !strings.HasPrefix(lines[i], "ok ") || !strings.HasSuffix(lines[i], "nothing at "+path) {
+				t.Errorf("line %d: %q, want ok: nothing at %s", i+1, lines[i], path)
+			}
+		}
+		probe := lines[len(lines)-1]
+		refused := strings.HasSuffix(probe, "→ 401 Unauthorized") || strings.HasSuffix(probe, "→ 403 Forbidden for system:anonymous")
+		if !strings.HasPrefix(probe, "ok ") || !strings.Contains(probe, "/api/v1/namespaces/"+ns+"/pods") || !refused {
+			t.Errorf("probe: %q, want ok: GET of the namespace's pods refused with 401, or 403 for system:anonymous", probe)
+		}
+	})
+
+	// The sidecar's token, from the sidecar's side: its image has no shell
+	// and the agent no command that reads a file, so no exec can look at
+	// it. What proves it is what only a token allows: the session's report
+	// for this very pod, written while the runtime container holds no
+	// credential (above), is a write of the sidecar's that the API server
+	// admitted.
+	t.Run("TheSidecarsReportsAreAdmitted", func(t *testing.T) {
+		p := pods(t, ns)[0]
+		var s lullv1.Session
+		if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: strings.TrimSuffix(p.Name, "-0")}, &s); err != nil {
+			t.Fatal(err)
+		}
+		if rt := s.Status.Runtime; rt == nil || rt.PodUID != p.UID || rt.State != lullv1.RuntimeServing {
+			t.Errorf("session %s: runtime report %+v, want the sidecar's report for pod %s, Serving", s.Name, rt, p.UID)
 		}
 	})
 

@@ -24,6 +24,10 @@ in-cluster ServiceAccount. In a pod with the injected agent sidecar
 ($LULL_AGENT_SOCKET set) it holds no credentials and takes its turns
 through the agent's HTTP API on that socket instead.
 
+'example-runtime selfcheck' takes no turn: it checks that the container
+holds no ServiceAccount token and that the API server refuses a request
+without one, one line per check, and exits 0 only if both hold.
+
 Under 'lull dev' every session pod runs this command with its container's
 args, which are meant for the real runtime image: flags and arguments it
 does not know are ignored (and listed in its log), not an error. (Under
