@@ -57,7 +57,7 @@ func ParseRequestID(id string) (lullv1.DrainReason, string, error) {
 		return "", "", fmt.Errorf("request ID %q: want <reason>-<digest>", id)
 	}
 	var reason lullv1.DrainReason
-	for _, r := range []lullv1.DrainReason{lullv1.DrainReasonUpdate, lullv1.DrainReasonIdle, lullv1.DrainReasonLifetime, lullv1.DrainReasonManual} {
+	for _, r := range []lullv1.DrainReason{lullv1.DrainReasonUpdate, lullv1.DrainReasonIdle, lullv1.DrainReasonLifetime, lullv1.DrainReasonManual, lullv1.DrainReasonNodeDrain} {
 		if strings.ToLower(string(r)) == prefix {
 			reason = r
 		}

@@ -21,7 +21,7 @@ const (
 )
 
 func TestRequestIDDeterministic(t *testing.T) {
-	for _, reason := range []lullv1.DrainReason{lullv1.DrainReasonUpdate, lullv1.DrainReasonIdle, lullv1.DrainReasonLifetime, lullv1.DrainReasonManual} {
+	for _, reason := range []lullv1.DrainReason{lullv1.DrainReasonUpdate, lullv1.DrainReasonIdle, lullv1.DrainReasonLifetime, lullv1.DrainReasonManual, lullv1.DrainReasonNodeDrain} {
 		a := drain.RequestID(podA, reason, 2)
 		if b := drain.RequestID(podA, reason, 2); a != b {
 			t.Errorf("RequestID(%s) not deterministic: %q then %q", reason, a, b)

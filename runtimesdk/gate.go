@@ -63,6 +63,8 @@ func reasonPhrase(r lullv1.DrainReason) string {
 		return "because it reached its maximum lifetime"
 	case lullv1.DrainReasonManual:
 		return "on request"
+	case lullv1.DrainReasonNodeDrain:
+		return "because its node is being drained: it moves to another node"
 	default:
 		return "for a drain request"
 	}

@@ -175,10 +175,11 @@ func TestGateTransitions(t *testing.T) {
 
 func TestDrainingErrorNamesTheDrain(t *testing.T) {
 	for reason, phrase := range map[lullv1.DrainReason]string{
-		lullv1.DrainReasonUpdate:   "session is draining for an update (request " + req1 + "): retry after reconnect",
-		lullv1.DrainReasonIdle:     "session is being suspended for inactivity (request " + req1 + "); this attempt counts as activity: retry the turn in a moment",
-		lullv1.DrainReasonLifetime: "maximum lifetime",
-		lullv1.DrainReasonManual:   "on request",
+		lullv1.DrainReasonUpdate:    "session is draining for an update (request " + req1 + "): retry after reconnect",
+		lullv1.DrainReasonIdle:      "session is being suspended for inactivity (request " + req1 + "); this attempt counts as activity: retry the turn in a moment",
+		lullv1.DrainReasonLifetime:  "maximum lifetime",
+		lullv1.DrainReasonManual:    "on request",
+		lullv1.DrainReasonNodeDrain: "its node is being drained",
 	} {
 		advice := ": retry after reconnect"
 		if reason == lullv1.DrainReasonIdle {

@@ -135,6 +135,14 @@ const (
 	// is drained (reason Lifetime) and replaced. False on a stale pod,
 	// Unknown while the session has no pod or no update revision.
 	ReasonLifetime = "Lifetime"
+	// ReasonNodeDrain: the pod's node is being disrupted (cordoned,
+	// tainted by a drain, an autoscaler or a node upgrade, or the pod
+	// marked DisruptionTarget) and the template's nodeDrainPolicy is
+	// Drain: the pod is drained (reason NodeDrain) and replaced on another
+	// node. False on a stale pod, Unknown while the session has no pod or
+	// no update revision; also the Warning Event of a node drain whose
+	// deadline replaced the pod, and the Normal Event of one withdrawn.
+	ReasonNodeDrain = "NodeDrain"
 
 	// ReasonStatefulSetPending (Unknown): the session's StatefulSet is not
 	// created yet.
@@ -164,7 +172,7 @@ const (
 
 // A Session's Draining condition: a drain request is outstanding. While it
 // is True its reason is the request's (DrainReason: Update, Idle,
-// Lifetime, Manual).
+// Lifetime, Manual, NodeDrain).
 const (
 	// ConditionDraining is True while a drain request is outstanding.
 	ConditionDraining = "Draining"

@@ -76,6 +76,19 @@ const (
 	// shared by every session of the template.
 	LabelTemplateRevision = "lull.dev/template-revision"
 
+	// LabelDrained on a session pod names the drain request (its ID) the
+	// pod was drained and committed for while its node is disrupted: the
+	// PodDisruptionBudget lull keeps for the session selects only pods
+	// without it, so once it is set the Eviction API lets the node's
+	// drain evict exactly this pod (the hand-off; docs/protocol.md). Set
+	// only by the controller, with the pod's UID as a precondition.
+	LabelDrained = "lull.dev/drained"
+
+	// AnnotationDrainedAt on a session pod is when (RFC 3339) lull set
+	// LabelDrained on it: a pod nobody evicts within
+	// rollout.NodeDrainHandoff of it is deleted by lull itself.
+	AnnotationDrainedAt = "lull.dev/drained-at"
+
 	// LabelFiles marks a ConfigMap of a template's files (spec.files) as
 	// lull's; its value is the files' content address, the suffix of the
 	// ConfigMap's name.

@@ -47,7 +47,7 @@ const (
 
 // DrainReason says why a drain was requested.
 //
-// +kubebuilder:validation:Enum=Update;Idle;Lifetime;Manual
+// +kubebuilder:validation:Enum=Update;Idle;Lifetime;Manual;NodeDrain
 type DrainReason string
 
 // The reasons for a drain.
@@ -60,6 +60,10 @@ const (
 	DrainReasonLifetime DrainReason = "Lifetime"
 	// DrainReasonManual: a user asked for the drain.
 	DrainReasonManual DrainReason = "Manual"
+	// DrainReasonNodeDrain: the pod's node is being disrupted (cordoned,
+	// tainted by a drain, an autoscaler or a node upgrade, or the pod
+	// marked DisruptionTarget); the request names the node.
+	DrainReasonNodeDrain DrainReason = "NodeDrain"
 )
 
 // DrainRequest asks the runtime of one pod to drain. The controller writes
@@ -99,6 +103,14 @@ type DrainRequest struct {
 	// in 4m30s").
 	// +optional
 	Deadline *metav1.Time `json:"deadline,omitempty"`
+
+	// Node, set while the pod drains because its node is disrupted
+	// (reason NodeDrain, or an outstanding request of another reason the
+	// node drain reuses), names that node: `lull status` and the Session
+	// show which node a session drains for.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Node string `json:"node,omitempty"`
 }
 
 // ReplacementReason says why the controller committed to replace a pod.

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -110,6 +112,93 @@ type UpdatePolicy struct {
 	// +kubebuilder:default=600
 	// +kubebuilder:validation:Minimum=1
 	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
+}
+
+// NodeDrainStrategy says whether lull stands between the disruption of a
+// node (kubectl drain, a managed node upgrade, an autoscaler's scale-down)
+// and the session pods on it.
+//
+// +kubebuilder:validation:Enum=Drain;Ignore
+type NodeDrainStrategy string
+
+const (
+	// NodeDrainStrategyDrain guards every session pod with a
+	// PodDisruptionBudget lull keeps (the Eviction API answers 429 until
+	// the pod's runtime has drained), and drains the sessions of a node
+	// being disrupted (reason NodeDrain). The default.
+	NodeDrainStrategyDrain NodeDrainStrategy = "Drain"
+	// NodeDrainStrategyIgnore leaves node disruptions to Kubernetes: no
+	// budget, no node drains; an eviction ends the pod whatever turns it
+	// holds.
+	NodeDrainStrategyIgnore NodeDrainStrategy = "Ignore"
+)
+
+// NodeDrainWave says whether a node drain waits for a place in the
+// template's rollout wave.
+//
+// +kubebuilder:validation:Enum=Node;Template
+type NodeDrainWave string
+
+const (
+	// NodeDrainWaveNode drains every session of the disrupted node at
+	// once, without a place in the wave: the node is going away, and the
+	// drain of the node waits on the slowest of them. The default.
+	NodeDrainWaveNode NodeDrainWave = "Node"
+	// NodeDrainWaveTemplate gives a node drain a place under
+	// updatePolicy.maxUnavailable, as an update drain: the template's
+	// sessions move no faster than its rollouts do, and the node's drain
+	// takes longer.
+	NodeDrainWaveTemplate NodeDrainWave = "Template"
+)
+
+// DefaultNodeDrainTimeout is nodeDrainPolicy.drainTimeout when the policy
+// does not say: it must end before the managed node upgrades stop waiting
+// on budgets (EKS managed node groups: 15 minutes, then the update fails
+// or forces; AKS: drainTimeoutInMinutes, default 30; GKE: respects budgets
+// for up to 1 hour), so the runtime drains, or is replaced at lull's
+// deadline, before the provider evicts anyway.
+const DefaultNodeDrainTimeout = 10 * time.Minute
+
+// NodeDrainPolicy says what lull does when a session pod's node is
+// disrupted: cordoned (spec.unschedulable), tainted by a drain
+// (node.kubernetes.io/unschedulable, karpenter.sh/disrupted,
+// ToBeDeletedByClusterAutoscaler), or the pod marked DisruptionTarget.
+type NodeDrainPolicy struct {
+	// Strategy is Drain (the default: lull guards evictions of session
+	// pods and drains them when their node is disrupted) or Ignore (left
+	// to Kubernetes: no budget, no node drains).
+	// +optional
+	// +kubebuilder:default=Drain
+	Strategy NodeDrainStrategy `json:"strategy,omitempty"`
+
+	// DrainTimeout bounds how long the runtime has to drain for a node
+	// drain, as a duration; default 10m. The deadline (request time +
+	// DrainTimeout) is written into the drain request, as for an update,
+	// so the runtime can tell its user. 10m ends before the providers'
+	// managed node upgrades stop waiting on budgets (EKS managed node
+	// groups: 15 minutes; AKS: drainTimeoutInMinutes, default 30; GKE: up
+	// to 1 hour), after which they evict anyway.
+	// +optional
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="spec.nodeDrainPolicy.drainTimeout must be at least 1s"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^-?([0-9]+([.][0-9]*)?(ns|us|µs|ms|s|m|h))+$')",message="spec.nodeDrainPolicy.drainTimeout must be a duration such as 90s, 10m or 1h (units ns, us, ms, s, m, h; no d)"
+	DrainTimeout *metav1.Duration `json:"drainTimeout,omitempty"`
+
+	// OnDrainTimeout is what happens once the deadline passes: Replace
+	// (the default for node drains: the node is going away, and waiting
+	// past the provider's limit ends in a forced eviction anyway) or Wait
+	// (the node's drain waits on the session, and the session says so).
+	// +optional
+	// +kubebuilder:default=Replace
+	OnDrainTimeout DrainTimeoutAction `json:"onDrainTimeout,omitempty"`
+
+	// Wave is Node (the default: every session of the disrupted node is
+	// drained at once, without a place in the rollout wave) or Template
+	// (a node drain takes a place under updatePolicy.maxUnavailable, as an
+	// update drain).
+	// +optional
+	// +kubebuilder:default=Node
+	Wave NodeDrainWave `json:"wave,omitempty"`
 }
 
 // BreakGlass is a security-critical update forced for one revision: every
@@ -320,6 +409,15 @@ type SessionTemplateSpec struct {
 	// +optional
 	// +kubebuilder:default={strategy: Drain}
 	UpdatePolicy UpdatePolicy `json:"updatePolicy,omitempty"`
+
+	// NodeDrainPolicy says what lull does when a session pod's node is
+	// drained, upgraded or scaled down: by default it keeps a
+	// PodDisruptionBudget over each session pod, so evictions wait, and
+	// drains the session first (reason NodeDrain). See docs/operations.md,
+	// "Upgrading nodes".
+	// +optional
+	// +kubebuilder:default={strategy: Drain}
+	NodeDrainPolicy NodeDrainPolicy `json:"nodeDrainPolicy,omitempty"`
 
 	// BreakGlass forces the move to one revision (`lull rollout force`).
 	// +optional

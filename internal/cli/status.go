@@ -121,6 +121,9 @@ func printStatus(ctx context.Context, out io.Writer, c client.Client, ns string,
 				if d.Deadline != nil {
 					drain += fmt.Sprintf(", deadline in %s", time.Until(d.Deadline.Time).Round(time.Second))
 				}
+				if d.Node != "" {
+					drain += fmt.Sprintf(", node %s being drained", d.Node)
+				}
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Status.Phase, s.Status.TemplateRevision, upToDate, reason, runtimeState, turns, drain)
 		}

@@ -11,6 +11,8 @@ package index
 import (
 	"context"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
@@ -26,6 +28,20 @@ const SessionTemplateName = "spec.templateRef.name"
 // session controller's reaper finds a name's objects without scanning the
 // namespace.
 const SessionLabel = "metadata.labels." + lullv1.LabelSession
+
+// PodNodeName indexes the cached session pods by spec.nodeName, so a
+// change of a Node (cordoned, tainted by a drain) finds the sessions whose
+// pods run on it.
+const PodNodeName = "spec.nodeName"
+
+// PodNodeNameOf is PodNodeName's value for o, a *corev1.Pod: its
+// spec.nodeName, or none while it is not scheduled.
+func PodNodeNameOf(o client.Object) []string {
+	if n := o.(*corev1.Pod).Spec.NodeName; n != "" {
+		return []string{n}
+	}
+	return nil
+}
 
 // SessionTemplateNameOf is SessionTemplateName's value for o, a
 // *lullv1.Session: its spec.templateRef.name.

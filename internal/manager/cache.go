@@ -68,7 +68,7 @@ func statusWriteTimes(in any, mf []metav1.ManagedFieldsEntry) []metav1.ManagedFi
 // array for every cached pod.
 var containerStatusesOwned = []byte(`{"f:status":{"f:containerStatuses":{}}}`)
 
-// stripSpec cuts, in place, the spec of a cached pod, StatefulSet or
+// stripSpec cuts, in place, the spec of a cached pod, StatefulSet, Node or
 // ServiceAccount down to what the controller reads of the
 // cached copy; at 1,000 sessions these specs were about a fifth of the
 // controller's live heap. What is kept, and who reads it:
@@ -84,6 +84,9 @@ var containerStatusesOwned = []byte(`{"f:status":{"f:containerStatuses":{}}}`)
 //     template's metadata and its spec cut as a pod's (the catalog gate
 //     reads the runtime container's image, the files sweeper the ConfigMap
 //     references); status whole;
+//   - Nodes: spec.unschedulable and spec.taints (rollout.NodeDisruption:
+//     is the node being drained), name and labels; no status, no
+//     annotations (every node of the cluster is cached);
 //   - ServiceAccounts: metadata only; Roles and RoleBindings whole (a few
 //     rules and one subject: the Session reconciler compares them with what
 //     it renders, and undoes a widening at once). Writes are computed
@@ -114,6 +117,10 @@ func stripSpec(in any) {
 		}
 	case *corev1.ServiceAccount:
 		o.Secrets, o.ImagePullSecrets = nil, nil
+	case *corev1.Node:
+		o.Spec = corev1.NodeSpec{Unschedulable: o.Spec.Unschedulable, Taints: o.Spec.Taints}
+		o.Status = corev1.NodeStatus{}
+		o.Annotations = nil
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -103,13 +104,15 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		// Session's managed fields (session.StripSessionForCache).
 		DefaultTransform: stripForCache,
 		ByObject: map[client.Object]cache.ByObject{
-			&lullv1.Session{}:        {Transform: session.StripSessionForCache},
-			&corev1.Pod{}:            byLabel,
-			&appsv1.StatefulSet{}:    byLabel,
-			&corev1.Service{}:        byLabel,
-			&corev1.ServiceAccount{}: byLabel,
-			&rbacv1.Role{}:           byLabel,
-			&rbacv1.RoleBinding{}:    byLabel,
+			&lullv1.Session{}: {Transform: session.StripSessionForCache},
+			&corev1.Pod{}:     byLabel,
+			// The budgets of sessions under nodeDrainPolicy Drain.
+			&policyv1.PodDisruptionBudget{}: byLabel,
+			&appsv1.StatefulSet{}:           byLabel,
+			&corev1.Service{}:               byLabel,
+			&corev1.ServiceAccount{}:        byLabel,
+			&rbacv1.Role{}:                  byLabel,
+			&rbacv1.RoleBinding{}:           byLabel,
 			// Session claims carry the StatefulSet's selector labels.
 			&corev1.PersistentVolumeClaim{}: byLabel,
 			// The content-addressed ConfigMaps of templates' files

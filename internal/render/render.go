@@ -21,8 +21,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	lullv1 "lull.dev/lull/api/v1alpha1"
@@ -314,6 +316,31 @@ func Service(s *lullv1.Session, t *lullv1.SessionTemplate) *corev1.Service {
 	}
 	stampHash(&svc.ObjectMeta, svc.Spec)
 	return svc
+}
+
+// PodDisruptionBudget renders the budget that guards a session's pod
+// against evictions (nodeDrainPolicy strategy Drain), named as its
+// StatefulSet: maxUnavailable 0 over the session's pod as long as it is
+// not labelled lull.dev/drained. The Eviction API answers 429 for the pod
+// (the answer kubectl drain, the autoscalers and node upgrades retry on)
+// until lull has drained and committed it and labels it for the node's
+// drain (the hand-off); lull's own deletes, plain DELETEs, are never held
+// by it. unhealthyPodEvictionPolicy is left to its default
+// (IfHealthyBudget).
+func PodDisruptionBudget(s *lullv1.Session) *policyv1.PodDisruptionBudget {
+	zero := intstr.FromInt32(0)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: objectMeta(s, s.Name),
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable: &zero,
+			Selector: &metav1.LabelSelector{
+				MatchLabels:      map[string]string{lullv1.LabelSession: s.Name},
+				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: lullv1.LabelDrained, Operator: metav1.LabelSelectorOpDoesNotExist}},
+			},
+		},
+	}
+	stampHash(&pdb.ObjectMeta, pdb.Spec)
+	return pdb
 }
 
 // ServiceAccount renders the runtime's identity.

@@ -63,6 +63,13 @@ type Observed struct {
 	// <image>: <why>"): no replacement that the StatefulSet controller
 	// would create from it is started (withholdOnRefusedImage).
 	ImageRefused string
+	// Node is the node the pod runs on (its spec.nodeName) as the cache
+	// holds it; nil when it is not known (not scheduled, not cached): not
+	// disrupted, as far as lull can tell (NodeDisruption).
+	Node *corev1.Node
+	// NodeDrain is the template's node drain policy (spec.nodeDrainPolicy);
+	// empty fields take their defaults (NodeDrainPolicyOf).
+	NodeDrain lullv1.NodeDrainPolicy
 }
 
 // Kind is what the reconciler must do.
@@ -89,6 +96,12 @@ const (
 	// resourceVersion of the Session this decision was made on as a
 	// precondition (an idle cull whose drain is committed).
 	SuspendSession Kind = "SuspendSession"
+	// HandOff: label the pod with UID PodUID lull.dev/drained (with its
+	// UID as a precondition in the patch) and stamp when, instead of
+	// deleting it: its node is being drained, and the node's drain evicts
+	// it once lull's budget no longer covers it (see handOff). Decide
+	// returns it only for a pod whose replacement is already committed.
+	HandOff Kind = "HandOff"
 	// DeleteSession: delete the Session, with its UID and the
 	// resourceVersion this decision was made on as preconditions, so a
 	// session that became active or was edited in between is kept.
@@ -138,6 +151,10 @@ type Action struct {
 	PodUID types.UID
 	// RequeueAfter, when non-zero, asks for another look after that long.
 	RequeueAfter time.Duration
+	// HandOff, on a Commit, says the committed pod is handed to its node's
+	// drain (as a HandOff step) instead of being deleted: its node is
+	// being disrupted.
+	HandOff bool
 }
 
 // Decide returns the next step for one session observed in o, whose
@@ -180,6 +197,18 @@ type Action struct {
 //     the replacement and delete the pod. Once the request's deadline has
 //     passed, onDrainTimeout Replace commits the replacement and deletes
 //     the pod; Wait keeps waiting, saying the drain is overdue.
+//     8a. Node drains, before the lifecycle (rule 8's idle culls and lifetime
+//     restarts) and the update of a stale pod, after a force and a failed
+//     stale pod's replacement: a pod whose node is being disrupted
+//     (NodeDisruption: cordoned, a drain's taint, DisruptionTarget), under
+//     nodeDrainPolicy strategy Drain, is drained with reason NodeDrain
+//     (or the request outstanding for it is reused), committed once
+//     Drained or, with onDrainTimeout Replace, at the deadline, and handed
+//     to the node's drain (HandOff) rather than deleted; a node no longer
+//     disrupted withdraws the request (decideNodeDrain). Every committed
+//     replacement of a pod on a disrupted node is handed off so, whatever
+//     its reason, except a suspension's and an idle cull's, whose pod
+//     gets no successor of its name.
 //  9. Over all of these: while the catalog refuses the runtime image of
 //     the StatefulSet's pod template (o.ImageRefused), no replacement the
 //     StatefulSet controller would create from it is started, and no
@@ -189,7 +218,11 @@ type Action struct {
 //     replacement committed under its drain) and a suspension go on; a committed replacement is held, not
 //     finished by its delete, until the image is allowed.
 func Decide(o Observed, j lifecycle.Judgement) Action {
-	return withholdOnRefusedImage(o, decideRules(o, j))
+	a := withholdOnRefusedImage(o, decideRules(o, j))
+	if _, disrupted := o.nodeDisrupted(); disrupted && a.Kind == Commit && !o.Session.Spec.Suspend && !CommitsCull(a) {
+		a.HandOff = true
+	}
+	return a
 }
 
 // decideRules is Decide's rules 1 to 8.
@@ -218,6 +251,9 @@ func decideRules(o Observed, j lifecycle.Judgement) Action {
 	}
 	update := sts.Status.UpdateRevision
 	if PodRevision(pod) == update {
+		if a, ok := decideNodeDrain(o); ok {
+			return a
+		}
 		if a, ok := decideLifecycle(o, j, false); ok {
 			return a
 		}
@@ -232,6 +268,9 @@ func decideRules(o Observed, j lifecycle.Judgement) Action {
 	if force := s.Annotations[lullv1.AnnotationForceUpdate]; force == "true" || (force != "" && force == want.RequestID) {
 		return commitCutShort(o, lullv1.ReplacementForced,
 			fmt.Sprintf("%s=%s: replacing stale pod %s without waiting for a drain", lullv1.AnnotationForceUpdate, force, pod.Name))
+	}
+	if a, ok := decideNodeDrain(o); ok {
+		return a
 	}
 	if a, ok := decideLifecycle(o, j, true); ok {
 		return a
@@ -328,6 +367,9 @@ func finishCommitted(o Observed, j lifecycle.Judgement) (Action, bool) {
 		// deleting it as well could race a recreation.
 		return Action{Kind: Wait, Reason: lullv1.ReasonSuspending, Drain: s.Status.Drain, Replacement: c,
 			Message: fmt.Sprintf("suspending: scaling pod %s away (%s)", pod.Name, c.Reason)}, true
+	}
+	if why, disrupted := o.nodeDisrupted(); disrupted {
+		return handOff(o, c, why), true
 	}
 	return Action{Kind: DeletePod, Reason: string(c.Reason), PodUID: pod.UID, Drain: s.Status.Drain, Replacement: c,
 		Message: fmt.Sprintf("finishing the committed replacement of pod %s (%s)", pod.Name, c.Reason)}, true

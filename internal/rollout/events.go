@@ -33,7 +33,9 @@ type Event struct {
 //     (Resumed, action Resume): one per suspension and per resume, as
 //     only one compare-and-swap write can change the phase, whoever makes
 //     it.
-//  3. An idle drain withdrawn (IdleCullWithdrawn, action Cull).
+//  3. An idle drain withdrawn (IdleCullWithdrawn, action Cull); a node
+//     drain withdrawn, its node no longer disrupted (NodeDrain, action
+//     NodeDrain).
 //  4. The runtime newly not reporting (the Active condition's reason
 //     becoming RuntimeNotReporting): a Warning with that condition's
 //     message, action Report.
@@ -42,7 +44,9 @@ type Event struct {
 //     than the one its pod ran (Updated, action Rollout), not for a resume,
 //     which has its own, nor before the session knew its update revision;
 //     a pod newly stuck terminating or a drain newly overdue (a Warning of
-//     that reason, action Rollout); the Forced commitment of a suspended
+//     that reason, action Rollout); a node drain newly waiting past its
+//     deadline under onDrainTimeout Wait (a Warning NodeDrain, action
+//     NodeDrain); the Forced commitment of a suspended
 //     session's pod, which is scaled away rather than deleted (a Warning,
 //     action Suspend, naming who forced it and why).
 //
@@ -67,6 +71,9 @@ func Events(o Observed, next lullv1.SessionStatus, a Action) []Event {
 	if a.Reason == lullv1.ReasonIdleCullWithdrawn {
 		out = append(out, Event{Type: corev1.EventTypeNormal, Reason: a.Reason, Action: "Cull", Note: a.Message, Related: pod})
 	}
+	if NodeDrainWithdrawn(o, a) {
+		out = append(out, Event{Type: corev1.EventTypeNormal, Reason: lullv1.ReasonNodeDrain, Action: "NodeDrain", Note: a.Message, Related: pod})
+	}
 	if c := meta.FindStatusCondition(next.Conditions, lullv1.ConditionActive); c != nil && c.Reason == lullv1.ReasonRuntimeNotReporting &&
 		!hasConditionReason(s, lullv1.ConditionActive, lullv1.ReasonRuntimeNotReporting) {
 		out = append(out, Event{Type: corev1.EventTypeWarning, Reason: lullv1.ReasonRuntimeNotReporting, Action: "Report", Note: c.Message, Related: pod})
@@ -81,6 +88,9 @@ func Events(o Observed, next lullv1.SessionStatus, a Action) []Event {
 		out = append(out, Event{Type: corev1.EventTypeNormal, Reason: lullv1.ReasonUpdated, Action: "Rollout", Note: a.Message, Related: pod})
 	case (a.Reason == lullv1.ReasonPodStuckTerminating || a.Reason == lullv1.ReasonDrainOverdue) && !hasConditionReason(s, lullv1.ConditionUpToDate, a.Reason):
 		out = append(out, Event{Type: corev1.EventTypeWarning, Reason: a.Reason, Action: "Rollout", Note: a.Message, Related: pod})
+	case nodeDrainOverdue(o, a) && !hasConditionMessage(s, lullv1.ConditionDraining, a.Message):
+		// Its message does not change while it waits: one Warning.
+		out = append(out, Event{Type: corev1.EventTypeWarning, Reason: lullv1.ReasonNodeDrain, Action: "NodeDrain", Note: a.Message, Related: pod})
 	case a.Kind == Commit && s.Spec.Suspend && a.Replacement != nil && a.Replacement.Reason == lullv1.ReplacementForced:
 		out = append(out, Event{Type: corev1.EventTypeWarning, Reason: a.Reason, Action: "Suspend", Note: a.Message + forcedBy(o), Related: pod})
 	}
@@ -95,6 +105,10 @@ func Events(o Observed, next lullv1.SessionStatus, a Action) []Event {
 //     deleted, a Warning where turns may have been cut short (Forced,
 //     naming who forced it and why; Replaced; DrainDeadlineExceeded),
 //     Normal otherwise; the step's reason, action DeletePod.
+//   - HandOff: the pod handed to its node's drain (labelled
+//     lull.dev/drained), with the same types as DeletePod, action
+//     HandOff: the node's drain, or lull after NodeDrainHandoff, deletes
+//     it.
 //   - SuspendSession: an idle session suspended (IdleSuspend, action Cull).
 //   - DeleteSession: an idle session deleted (IdleDelete, action Cull).
 //
@@ -112,6 +126,16 @@ func StepEvent(o Observed, a Action) (e Event, ok bool) {
 			// Turns may have been cut short: say so where operators look.
 			e.Type = corev1.EventTypeWarning
 		}
+	case HandOff:
+		// The pod is handed to its node's drain, which deletes it: this
+		// is the Event of its replacement.
+		e.Action = "HandOff"
+		switch a.Reason {
+		case lullv1.ReasonForced:
+			e.Type, e.Note = corev1.EventTypeWarning, a.Message+forcedBy(o)
+		case lullv1.ReasonReplaced, lullv1.ReasonDrainDeadlineExceeded:
+			e.Type = corev1.EventTypeWarning
+		}
 	case SuspendSession:
 		e.Reason, e.Action = lullv1.ReasonIdleSuspend, "Cull"
 	case DeleteSession:
@@ -127,4 +151,9 @@ func StepEvent(o Observed, a Action) (e Event, ok bool) {
 func forcedBy(o Observed) string {
 	return fmt.Sprintf(" (set by %s; reason: %s)", cmpOr(o.ForcedBy, "unknown"),
 		cmpOr(o.Session.Annotations[lullv1.AnnotationForceUpdateReason], "none given"))
+}
+
+func hasConditionMessage(s *lullv1.Session, typ, msg string) bool {
+	c := meta.FindStatusCondition(s.Status.Conditions, typ)
+	return c != nil && c.Message == msg
 }

@@ -50,7 +50,7 @@ func NextStatus(o Observed, j lifecycle.Judgement, a Action) lullv1.SessionStatu
 		st.LastFailedReplacementTime = &now
 		st.FailedReplacements++
 	}
-	ready := a.Kind != DeletePod && a.Kind != Commit && o.Pod != nil && o.Pod.DeletionTimestamp == nil && podReady(o)
+	ready := a.Kind != DeletePod && a.Kind != HandOff && a.Kind != Commit && o.Pod != nil && o.Pod.DeletionTimestamp == nil && podReady(o)
 	if ready && a.Reason == lullv1.ReasonUpToDate {
 		st.FailedReplacements = 0
 	}
@@ -112,8 +112,16 @@ func NextStatus(o Observed, j lifecycle.Judgement, a Action) lullv1.SessionStatu
 	}
 
 	if st.Drain != nil {
-		set(lullv1.ConditionDraining, metav1.ConditionTrue, string(st.Drain.Reason),
-			fmt.Sprintf("drain request %s for pod %s", st.Drain.RequestID, st.Drain.PodUID))
+		msg := fmt.Sprintf("drain request %s for pod %s", st.Drain.RequestID, st.Drain.PodUID)
+		switch {
+		case st.Drain.Node != "" && a.Reason == lullv1.ReasonNodeDrain && a.Message != "":
+			// Which node, why, the deadline, and whether the node's drain
+			// waits on the session: the step's own words.
+			msg = a.Message
+		case st.Drain.Node != "":
+			msg += fmt.Sprintf(", whose node %s is being drained", st.Drain.Node)
+		}
+		set(lullv1.ConditionDraining, metav1.ConditionTrue, string(st.Drain.Reason), msg)
 	} else {
 		set(lullv1.ConditionDraining, metav1.ConditionFalse, lullv1.ReasonNoDrainRequest, "no drain request is outstanding")
 	}
@@ -147,9 +155,9 @@ func NextStatus(o Observed, j lifecycle.Judgement, a Action) lullv1.SessionStatu
 // suspended.
 func setUpToDate(o Observed, a Action, set func(typ string, status metav1.ConditionStatus, reason, msg string)) {
 	switch a.Reason {
-	case lullv1.ReasonIdleCull, lullv1.ReasonIdleCullWithdrawn, lullv1.ReasonLifetime:
-		// A lifecycle step says nothing of the revision: the Draining and
-		// Active conditions and status.lifecycle tell it.
+	case lullv1.ReasonIdleCull, lullv1.ReasonIdleCullWithdrawn, lullv1.ReasonLifetime, lullv1.ReasonNodeDrain:
+		// A lifecycle step, or a node drain, says nothing of the revision:
+		// the Draining and Active conditions and status.lifecycle tell it.
 		update := ""
 		if o.StatefulSet != nil {
 			update = o.StatefulSet.Status.UpdateRevision
@@ -187,7 +195,7 @@ func phase(o Observed, a Action, st lullv1.SessionStatus) lullv1.SessionPhase {
 	switch {
 	case o.Session.Spec.Suspend && (o.Pod == nil || o.Pod.DeletionTimestamp != nil || Replicas(o) == 0):
 		return lullv1.SessionSuspended
-	case a.Kind == DeletePod || a.Kind == Commit || o.Pod == nil || o.Pod.DeletionTimestamp != nil:
+	case a.Kind == DeletePod || a.Kind == HandOff || a.Kind == Commit || o.Pod == nil || o.Pod.DeletionTimestamp != nil:
 		return lullv1.SessionPending
 	case st.Drain != nil:
 		return lullv1.SessionDraining

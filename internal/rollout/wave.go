@@ -73,7 +73,7 @@ func Admitted(wave []lullv1.WaveEntry, s *lullv1.Session) bool {
 		next := s.Status.DrainSequence + 1
 		d := s.Status.Drain
 		return e.Sequence == next || (e.Sequence <= s.Status.DrainSequence && d != nil &&
-			(d.Reason == lullv1.DrainReasonUpdate || d.Reason == lullv1.DrainReasonLifetime || d.Reason == lullv1.DrainReasonIdle))
+			takesPlace(d.Reason))
 	}
 	return false
 }
@@ -182,10 +182,22 @@ func Lapsed(e lullv1.WaveEntry, s *lullv1.Session, now time.Time) bool {
 }
 
 // drainsUnderPlace reports whether s has a request outstanding that holds
-// its place (see Admitted): an Update, Lifetime or Idle drain.
+// its place (see Admitted): an Update, Lifetime, Idle or NodeDrain drain.
 func drainsUnderPlace(s *lullv1.Session) bool {
 	d := s.Status.Drain
-	return d != nil && (d.Reason == lullv1.DrainReasonUpdate || d.Reason == lullv1.DrainReasonLifetime || d.Reason == lullv1.DrainReasonIdle)
+	return d != nil && takesPlace(d.Reason)
+}
+
+// takesPlace reports whether a drain request of reason r holds a place in
+// the wave it was issued under: an Update, Lifetime or Idle drain, and a
+// NodeDrain issued under nodeDrainPolicy.wave Template (one issued under
+// wave Node took no place, and holds one only if the session had it).
+func takesPlace(r lullv1.DrainReason) bool {
+	switch r {
+	case lullv1.DrainReasonUpdate, lullv1.DrainReasonLifetime, lullv1.DrainReasonIdle, lullv1.DrainReasonNodeDrain:
+		return true
+	}
+	return false
 }
 
 // Revoked reports whether s's status.revokedAdmission takes back the place

@@ -178,6 +178,31 @@ func TestCRDValidation(t *testing.T) {
 			field: []string{"spec.updatePolicy.onDrainTimeout", `"Later"`},
 		},
 		{
+			name:  "template with an unknown node drain strategy",
+			write: createRawSpec(ns, "bad-node-strategy", `"nodeDrainPolicy":{"strategy":"Sometimes"}`),
+			field: []string{"spec.nodeDrainPolicy.strategy", `"Sometimes"`},
+		},
+		{
+			name:  "template with a negative node drainTimeout",
+			write: createRawSpec(ns, "negative-node-timeout", `"nodeDrainPolicy":{"drainTimeout":"-5m"}`),
+			field: []string{"spec.nodeDrainPolicy.drainTimeout", "at least 1s"},
+		},
+		{
+			name:  "template with a malformed node drainTimeout",
+			write: createRawSpec(ns, "malformed-node-timeout", `"nodeDrainPolicy":{"drainTimeout":"soon"}`),
+			field: []string{"spec.nodeDrainPolicy.drainTimeout"},
+		},
+		{
+			name:  "template with an unknown node onDrainTimeout",
+			write: createRawSpec(ns, "bad-node-on-timeout", `"nodeDrainPolicy":{"onDrainTimeout":"Later"}`),
+			field: []string{"spec.nodeDrainPolicy.onDrainTimeout", `"Later"`},
+		},
+		{
+			name:  "template with an unknown node drain wave",
+			write: createRawSpec(ns, "bad-node-wave", `"nodeDrainPolicy":{"wave":"Cluster"}`),
+			field: []string{"spec.nodeDrainPolicy.wave", `"Cluster"`},
+		},
+		{
 			name:  "maxUnavailable 0 with Replace",
 			write: createRaw(ns, "zero-replace", `{"strategy":"Replace","maxUnavailable":0}`),
 			field: []string{"spec.updatePolicy", "maxUnavailable: 0 would let no session move"},
@@ -385,6 +410,10 @@ func TestCRDValidation(t *testing.T) {
 		}
 		if got.Spec.Idle != nil || got.Spec.MaxLifetime != nil {
 			t.Errorf("minimal template: idle %+v, maxLifetime %v; want none injected (never culled)", got.Spec.Idle, got.Spec.MaxLifetime)
+		}
+		if p := got.Spec.NodeDrainPolicy; p.Strategy != lullv1.NodeDrainStrategyDrain || p.DrainTimeout == nil || p.DrainTimeout.Duration != lullv1.DefaultNodeDrainTimeout ||
+			p.OnDrainTimeout != lullv1.DrainTimeoutReplace || p.Wave != lullv1.NodeDrainWaveNode {
+			t.Errorf("minimal template: nodeDrainPolicy %+v; want the defaults Drain, 10m, Replace, Node", p)
 		}
 	})
 

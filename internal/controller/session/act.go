@@ -51,11 +51,21 @@ func (r *Reconciler) execute(ctx context.Context, o rollout.Observed, j lifecycl
 			a.Kind = rollout.Wait
 			return a, true, nil
 		}
+		if a.HandOff {
+			// The pod's node is being drained: the node's drain evicts
+			// it once it is labelled (rollout.HandOff).
+			a.Kind = rollout.HandOff
+			a, err := r.handOff(ctx, o, a)
+			return a, true, err
+		}
 		a.Kind = rollout.DeletePod
 		a, err := r.deletePod(ctx, o, a)
 		return a, true, err
 	case rollout.DeletePod:
 		a, err := r.deletePod(ctx, o, a)
+		return a, false, err
+	case rollout.HandOff:
+		a, err := r.handOff(ctx, o, a)
 		return a, false, err
 	case rollout.SuspendSession:
 		return r.suspendIdle(ctx, o, a)

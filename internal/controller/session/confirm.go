@@ -23,11 +23,12 @@ import (
 // destructive reports whether carrying out a (execute) can have the
 // StatefulSet controller create a pod: a commitment, which a delete of
 // the pod follows at once or in a later step (rollout.Decide finishes
-// committed replacements), and a pod's delete. Every other step writes
+// committed replacements), a pod's delete, and its hand-off to its node's
+// drain, which evicts it. Every other step writes
 // only the session's status, or scales the StatefulSet down or the
 // session away.
 func destructive(a rollout.Action) bool {
-	return a.Kind == rollout.Commit || a.Kind == rollout.DeletePod
+	return a.Kind == rollout.Commit || a.Kind == rollout.DeletePod || a.Kind == rollout.HandOff
 }
 
 // confirmStatefulSet reads the session's StatefulSet and the catalog from

@@ -25,7 +25,8 @@ import (
 // reconcileSession runs the phases of one session, in order: its
 // predecessor's orphans, template, identity, the observation the rollout
 // decides on, files, the catalog's gate on the runtime image, StatefulSet,
-// Service, another controller's refusal of its pod, the rollout step, and
+// Service, the budget that holds evictions off (nodeDrainPolicy), another
+// controller's refusal of its pod, the rollout step, and
 // the status. A phase either hands on to the next, with the look-again it
 // asks for, or ends the reconcile with its own result (the session
 // blocked, a write to be retried, an error). The reconcile's look-again is
@@ -56,6 +57,7 @@ func (r *Reconciler) reconcileSession(ctx context.Context, req ctrl.Request) (ct
 		r.reconcileImage,
 		r.reconcileStatefulSet,
 		r.reconcileService,
+		r.reconcileBudget,
 		r.reconcileCreateRefusal,
 		r.reconcileRolloutStep,
 		r.reconcileStatus,
@@ -178,6 +180,7 @@ func (r *Reconciler) sessionGone(ctx context.Context, key types.NamespacedName) 
 	r.passing.forget(key.String())
 	r.reused.forget(key)
 	r.restores.forget(key)
+	r.budgets.forget(key)
 	_, err := r.reapOrphans(ctx, key, nil)
 	return err
 }
@@ -227,7 +230,7 @@ func (r *Reconciler) reconcileIdentity(ctx context.Context, sc *sessionScope) (p
 }
 
 // observe reads what the rollout decides on: the version of the session's
-// StatefulSet, then its pod, then the claims that keep that pod from
+// StatefulSet, then its pod and the Node it runs on, then the claims that keep that pod from
 // starting, and the replica count the StatefulSet must have. The version
 // is read before the pod: a pod created after this read moves the
 // StatefulSet's status, so a scale-down decided on what follows lands
@@ -242,8 +245,13 @@ func (r *Reconciler) observe(ctx context.Context, sc *sessionScope) (phaseResult
 	if err != nil {
 		return phaseResult{}, err
 	}
+	node, err := r.podNode(ctx, pod)
+	if err != nil {
+		return phaseResult{}, err
+	}
 	o := rollout.Observed{Now: sc.now, Session: s, Policy: rollout.EffectivePolicy(t, render.TemplateRevision(t)), Pod: pod, Admitted: rollout.Admitted(t.Status.Wave, s),
-		Lifecycle: lifecycle.PolicyFor(t, s), ReportWrittenAt: ReportWrittenAt(s), ForcedBy: forceUpdateManager(s)}
+		Lifecycle: lifecycle.PolicyFor(t, s), ReportWrittenAt: ReportWrittenAt(s), ForcedBy: forceUpdateManager(s),
+		Node: node, NodeDrain: t.Spec.NodeDrainPolicy}
 	if o.PendingClaims, err = pendingClaims(ctx, r.reader(), s, t, pod); err != nil {
 		return phaseResult{}, err
 	}

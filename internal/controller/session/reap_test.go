@@ -26,6 +26,7 @@ func withSessionIndex(b *fake.ClientBuilder, sch *runtime.Scheme) *fake.ClientBu
 		}
 		b = b.WithIndex(obj.(client.Object), index.SessionLabel, index.SessionLabelOf)
 	}
+	b = b.WithIndex(&corev1.Pod{}, index.PodNodeName, index.PodNodeNameOf)
 	if sch.Recognizes(lullv1.GroupVersion.WithKind("Session")) {
 		b = b.WithIndex(&lullv1.Session{}, IndexQuotaRefused, quotaRefused)
 	}

@@ -47,13 +47,17 @@ type Reconciler struct {
 	// after another writer changed it, to space the restores of one that
 	// writer keeps changing back.
 	restores restoreStreaks
+	// budgets remembers the sessions whose budget this controller has
+	// seen exist, so a budget deleted by another writer is created again
+	// with an Event.
+	budgets budgetsSeen
 }
 
 // +kubebuilder:rbac:groups=lull.dev,resources=sessions,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups=lull.dev,resources=sessions/status,verbs=get;patch;update
 // +kubebuilder:rbac:groups=lull.dev,resources=sessiontemplates,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;delete
@@ -136,7 +140,7 @@ func settleDelay(o rollout.Observed) time.Duration {
 // settle returns how long to wait before a passing state may be written, or
 // 0 when the status should be written now.
 func (r *Reconciler) settle(key types.NamespacedName, o rollout.Observed, a rollout.Action) time.Duration {
-	if a.Kind == rollout.DeletePod {
+	if a.Kind == rollout.DeletePod || a.Kind == rollout.HandOff {
 		// The pod is on its way out: what status would say now (Pending)
 		// is itself passing. A committed replacement wrote its status (and
 		// its failure bookkeeping) before the delete.

@@ -7,6 +7,7 @@ import (
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -38,7 +39,9 @@ type Options struct {
 // SetupWithManager registers the reconciler and its watches: Sessions
 // (spec and the runtime's reports), the objects it renders with the session
 // pods and claims (by their lull.dev/session label, indexed by it as
-// index.SessionLabel), SessionTemplates (every session of a template whose
+// index.SessionLabel), their budgets, the Nodes their pods run on (by
+// index.PodNodeName, only when whether the node is being drained
+// changes), SessionTemplates (every session of a template whose
 // spec changed is re-rendered at once), the RuntimeCatalog, and the
 // templates' files ConfigMaps (by their lull.dev/template label), the
 // StatefulSet controller's FailedCreate Events (FailedCreateEvents) and
@@ -61,6 +64,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 			return err
 		}
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, index.PodNodeName, index.PodNodeNameOf); err != nil {
+		return err
+	}
 	if opts.MaxConcurrentReconciles == 0 {
 		opts.MaxConcurrentReconciles = 8
 	}
@@ -82,6 +88,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		Watches(&rbacv1.RoleBinding{}, bySessionLabel).
 		Watches(&corev1.Pod{}, bySessionLabel).
 		Watches(&corev1.PersistentVolumeClaim{}, bySessionLabel).
+		Watches(&policyv1.PodDisruptionBudget{}, bySessionLabel).
+		// A node cordoned, tainted by a drain or uncordoned: the sessions
+		// whose pods run on it (index.PodNodeName) are judged again.
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.nodeToSessions), builder.WithPredicates(nodeDisruptionChanged)).
 		// Only a template's spec (its generation) concerns its sessions: the
 		// template controller's status writes would otherwise enqueue every
 		// session of the template, O(sessions) reconciles per write during

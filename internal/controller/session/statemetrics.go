@@ -57,7 +57,7 @@ var (
 )
 
 // drainReasons are the values of lull_drains_in_progress's reason label.
-var drainReasons = []lullv1.DrainReason{lullv1.DrainReasonUpdate, lullv1.DrainReasonIdle, lullv1.DrainReasonLifetime, lullv1.DrainReasonManual}
+var drainReasons = []lullv1.DrainReason{lullv1.DrainReasonUpdate, lullv1.DrainReasonIdle, lullv1.DrainReasonLifetime, lullv1.DrainReasonManual, lullv1.DrainReasonNodeDrain}
 
 // templateKey names a template: namespace and name.
 type templateKey struct{ namespace, template string }

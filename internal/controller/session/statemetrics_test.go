@@ -87,11 +87,13 @@ lull_drains_in_progress{namespace="ns",reason="Update",template="agent"} 1
 lull_drains_in_progress{namespace="ns",reason="Idle",template="agent"} 0
 lull_drains_in_progress{namespace="ns",reason="Lifetime",template="agent"} 0
 lull_drains_in_progress{namespace="ns",reason="Manual",template="agent"} 0
+lull_drains_in_progress{namespace="ns",reason="NodeDrain",template="agent"} 0
 lull_drains_in_progress{namespace="ns",reason="Manual",template="gone"} 1
 lull_drains_in_progress{namespace="other",reason="Update",template="quiet"} 0
 lull_drains_in_progress{namespace="other",reason="Idle",template="quiet"} 0
 lull_drains_in_progress{namespace="other",reason="Lifetime",template="quiet"} 0
 lull_drains_in_progress{namespace="other",reason="Manual",template="quiet"} 0
+lull_drains_in_progress{namespace="other",reason="NodeDrain",template="quiet"} 0
 # HELP lull_template_sessions_current %[4]s
 # TYPE lull_template_sessions_current gauge
 lull_template_sessions_current{namespace="ns",template="agent"} 1

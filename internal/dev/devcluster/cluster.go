@@ -69,7 +69,8 @@ type Cluster struct {
 	// CAFile is the cluster CA certificate; it signed the apiserver's
 	// serving certificate and every client certificate.
 	CAFile string
-	// NodeName is the simulated node pods are scheduled on.
+	// NodeName is the simulated node Start registers, the one pods are
+	// scheduled on unless a test adds others (AddNode).
 	NodeName string
 	// RealNodeName is the real node (this machine's hostname) with
 	// Options.RealNode, else empty.

@@ -108,26 +108,54 @@ func (c *Cluster) startKwokAndNode(ctx context.Context, client kubernetes.Interf
 	c.progress("kwok started", t)
 
 	t = time.Now()
-	step := "node " + c.NodeName
-	if _, err := client.CoreV1().Nodes().Create(ctx, c.node(), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := c.registerNode(ctx, client, SimulatedNode(c.NodeName), p, readyTimeout); err != nil {
+		return err
+	}
+	c.progress("node %s Ready and schedulable", t, c.NodeName)
+	return nil
+}
+
+// AddNode registers one more simulated node, node (a SimulatedNode, which
+// the caller may label, taint or mark unschedulable first), and waits
+// until kwok has made it Ready and the control plane has lifted its
+// not-ready taint. kwok manages every node with the annotation, and the
+// pod runner runs the pods of every node but the real one, so sessions
+// scheduled there run as on the first node: this is how a test moves
+// sessions from one node to another (a drain). A node that already exists
+// is waited for, not changed.
+func (c *Cluster) AddNode(ctx context.Context, node *corev1.Node) error {
+	client, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	kwok, _ := c.running(ComponentKwok)
+	return c.registerNode(ctx, client, node, kwok, readyTimeout)
+}
+
+// registerNode creates node unless it exists and waits, up to timeout,
+// until it is Ready and schedulable; kwok (p, when not nil) exiting ends
+// the wait. The error is a *StartError naming the node.
+func (c *Cluster) registerNode(ctx context.Context, client kubernetes.Interface, node *corev1.Node, p *process, timeout time.Duration) error {
+	step := "node " + node.Name
+	if _, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return &StartError{Step: step, Err: err}
 	}
-	err = waitReady(ctx, p, readyTimeout, func(ctx context.Context) error {
-		node, err := client.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+	err := waitReady(ctx, p, timeout, func(ctx context.Context) error {
+		node, err := client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		return nodeSchedulable(node)
 	})
 	if err != nil {
-		return &StartError{Step: step, Log: logPath, Err: fmt.Errorf("%w (kwok makes it Ready; kube-controller-manager's node lifecycle controller removes the not-ready taint: %s)", err, c.LogPath(ComponentControllerManager))}
+		return &StartError{Step: step, Log: c.LogPath(ComponentKwok), Err: fmt.Errorf("%w (kwok makes it Ready; kube-controller-manager's node lifecycle controller removes the not-ready taint: %s)", err, c.LogPath(ComponentControllerManager))}
 	}
-	c.progress("node %s Ready and schedulable", t, c.NodeName)
 	return nil
 }
 
-// node is the simulated Node: kwok manages it through the annotation.
-func (c *Cluster) node() *corev1.Node {
+// SimulatedNode is a node kwok manages (the annotation), named name, of
+// the shape of the environment's first node: room for thousands of pods.
+func SimulatedNode(name string) *corev1.Node {
 	res := corev1.ResourceList{
 		corev1.ResourceCPU:    resource.MustParse("256"),
 		corev1.ResourceMemory: resource.MustParse("1Ti"),
@@ -137,11 +165,11 @@ func (c *Cluster) node() *corev1.Node {
 	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        c.NodeName,
+			Name:        name,
 			Annotations: map[string]string{kwokNodeAnnotation: "fake"},
 			Labels: map[string]string{
 				"type":                   "kwok",
-				"kubernetes.io/hostname": c.NodeName,
+				"kubernetes.io/hostname": name,
 				"kubernetes.io/os":       "linux",
 				"kubernetes.io/arch":     "amd64",
 			},

@@ -167,8 +167,8 @@ func Up(ctx context.Context, opts Options) (_ *Env, err error) {
 		Program: func(_ *corev1.Pod, c *corev1.Container) (podprocess.Program, []string) {
 			return referenceRuntime, append(slices.Clone(c.Args), opts.RuntimeArgs...)
 		},
-		Log:      logFile(filepath.Join(cl.StateDir, "logs", "pod-runner.log")),
-		NodeName: cl.NodeName,
+		Log:       logFile(filepath.Join(cl.StateDir, "logs", "pod-runner.log")),
+		SkipNodes: realNodes(cl),
 	})
 	if err != nil {
 		return nil, err
@@ -193,6 +193,16 @@ func Up(ctx context.Context, opts Options) (_ *Env, err error) {
 		fmt.Fprintf(opts.Progress, "pod runner started: each running session pod gets a runtime process\n")
 	}
 	return e, nil
+}
+
+// realNodes names the nodes of cl whose pods a kubelet runs: the real
+// node, if cl has one. The pod runner runs the pods of every other node,
+// the simulated ones.
+func realNodes(cl *devcluster.Cluster) []string {
+	if cl.RealNodeName == "" {
+		return nil
+	}
+	return []string{cl.RealNodeName}
 }
 
 // referenceRuntime runs `lull example-runtime` in this process: the

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,11 +63,12 @@ type Options struct {
 	GracePeriod time.Duration
 	// Log receives one line per process start and stop; may be nil.
 	Log io.Writer
-	// NodeName, when set, is the one node whose pods the runner runs (the
-	// simulated node): a pod bound to another node (the local
-	// environment's real node, whose kubelet runs it) is left alone, its
-	// deletion included. Empty means every node's.
-	NodeName string
+	// SkipNodes are the nodes whose pods another kubelet runs (the local
+	// environment's real node): a pod bound to one of them is left alone,
+	// its deletion included. The pods of every other node are the
+	// runner's: those of the simulated nodes, however many there are, so
+	// a session drained off one simulated node runs again on another.
+	SkipNodes []string
 }
 
 // Runner runs host processes for the containers of running session pods.
@@ -254,7 +256,7 @@ func (r *Runner) Run(ctx context.Context) error {
 // Terminating. Each pod's start runs in its own goroutine, as a kubelet
 // has a worker per pod.
 func (r *Runner) sync(ctx context.Context, pod *corev1.Pod) {
-	if r.opts.NodeName != "" && pod.Spec.NodeName != "" && pod.Spec.NodeName != r.opts.NodeName {
+	if pod.Spec.NodeName != "" && slices.Contains(r.opts.SkipNodes, pod.Spec.NodeName) {
 		return // another kubelet's
 	}
 	if pod.DeletionTimestamp != nil {

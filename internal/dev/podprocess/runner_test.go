@@ -400,23 +400,26 @@ func (s slowServiceAccounts) CreateToken(ctx context.Context, name string, tr *a
 	return s.ServiceAccountInterface.CreateToken(ctx, name, tr, opts)
 }
 
-// A runner for one node starts nothing for a pod bound to another node
-// (the real node's kubelet runs it) and never finishes its deletion, while
-// it runs the pods of its own node.
-func TestRunnerLeavesPodsOfAnotherNodeAlone(t *testing.T) {
+// The runner starts nothing for a pod bound to a node another kubelet
+// runs (the real node) and never finishes its deletion, while it runs the
+// pods of every other node: a session moved from one simulated node to
+// another runs on the second as it did on the first.
+func TestRunnerLeavesPodsOfAnotherKubeletAlone(t *testing.T) {
 	dir := t.TempDir()
-	mine, theirs := runningPod("s-0", "uid-1"), runningPod("s-1", "uid-2")
-	mine.Spec.NodeName, theirs.Spec.NodeName = "kwok-node-0", "real-node"
-	e := newTestEnvWith(t, Options{NodeName: "kwok-node-0", Command: func(pod *corev1.Pod, _ *corev1.Container) (string, []string) {
+	first, second, theirs := runningPod("s-0", "uid-1"), runningPod("s-2", "uid-3"), runningPod("s-1", "uid-2")
+	first.Spec.NodeName, second.Spec.NodeName, theirs.Spec.NodeName = "kwok-node-0", "kwok-node-1", "real-node"
+	e := newTestEnvWith(t, Options{SkipNodes: []string{"real-node"}, Command: func(pod *corev1.Pod, _ *corev1.Container) (string, []string) {
 		return "/bin/sh", []string{"-c", "touch " + filepath.Join(dir, pod.Name) + "; exec sleep 60"}
-	}}, []*corev1.Pod{mine, theirs})
+	}}, []*corev1.Pod{first, second, theirs})
 
-	deadline := time.Now().Add(10 * time.Second)
-	for _, err := os.Stat(filepath.Join(dir, "s-0")); err != nil; _, err = os.Stat(filepath.Join(dir, "s-0")) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the pod of the runner's own node never started: %v", err)
+	for _, name := range []string{"s-0", "s-2"} {
+		deadline := time.Now().Add(10 * time.Second)
+		for _, err := os.Stat(filepath.Join(dir, name)); err != nil; _, err = os.Stat(filepath.Join(dir, name)) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the pod %s of a simulated node never started: %v", name, err)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	p, err := e.cs.CoreV1().Pods("ns").Get(t.Context(), "s-1", metav1.GetOptions{})
 	if err != nil {
@@ -428,9 +431,9 @@ func TestRunnerLeavesPodsOfAnotherNodeAlone(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond)
 	if _, err := os.Stat(filepath.Join(dir, "s-1")); err == nil {
-		t.Error("the runner started a process for a pod bound to another node")
+		t.Error("the runner started a process for a pod bound to another kubelet's node")
 	}
 	if _, err := e.cs.CoreV1().Pods("ns").Get(t.Context(), "s-1", metav1.GetOptions{}); err != nil {
-		t.Errorf("the runner finished the deletion of a pod bound to another node: %v", err)
+		t.Errorf("the runner finished the deletion of a pod bound to another kubelet's node: %v", err)
 	}
 }

@@ -1,0 +1,248 @@
+// Node drains: the budget that makes evictions of a session pod wait for
+// its drain, the watch of Nodes that notices a node being drained, and the
+// hand-off of a drained pod to the node's drain. The decision is package
+// rollout's (decideNodeDrain, handOff); docs/protocol.md, "Node drains",
+// gives the reasons.
+
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	lullv1 "lull.dev/lull/api/v1alpha1"
+	"lull.dev/lull/internal/index"
+	"lull.dev/lull/internal/render"
+	"lull.dev/lull/internal/rollout"
+)
+
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+
+// reconcileBudget keeps the session's PodDisruptionBudget as its template's
+// nodeDrainPolicy asks (ensureBudget), with an Event for a drift it undid
+// or a budget deleted by another writer and created again. A budget that
+// cannot be rendered or is refused blocks the session (renderFailed), as
+// the Service does: the running pod is left alone.
+func (r *Reconciler) reconcileBudget(ctx context.Context, sc *sessionScope) (phaseResult, error) {
+	drift, err := ensureBudget(ctx, r.Client, r.reader(), sc.session, sc.template, sc.restoring, &r.budgets)
+	r.recordDrift(ctx, sc.session, drift)
+	if err := sc.waits.take(ctx, err); err != nil {
+		return end(r.renderFailed(ctx, sc.session, err))
+	}
+	return proceed(0)
+}
+
+// ensureBudget makes the session's budget (render.PodDisruptionBudget)
+// under nodeDrainPolicy strategy Drain, by the same machinery as the
+// Service (ensure: created with the Session as its controller, another
+// writer's edit restored once, spaced if it keeps coming back), and deletes
+// it under Ignore. A budget created again for a Session whose budget this
+// controller has seen before was deleted by another writer: that is
+// returned as its drift. A controller that restarted has seen none, so
+// such a deletion right after a restart is restored without the Event.
+func ensureBudget(ctx context.Context, c client.Client, live client.Reader, s *lullv1.Session, t *lullv1.SessionTemplate, rs restoring, seen *budgetsSeen) (string, error) {
+	key := client.ObjectKeyFromObject(s)
+	if !rollout.GuardsEvictions(t.Spec.NodeDrainPolicy) {
+		seen.forget(key)
+		return "", deleteBudget(ctx, c, s)
+	}
+	creating, created := false, false
+	drift, err := ensure(ctx, c, live, s, render.PodDisruptionBudget(s), &policyv1.PodDisruptionBudget{}, keep[*policyv1.PodDisruptionBudget]{
+		kind: "PodDisruptionBudget",
+		copySpec: func(dst, src *policyv1.PodDisruptionBudget) {
+			dst.Spec.MaxUnavailable = src.Spec.MaxUnavailable
+			dst.Spec.MinAvailable = src.Spec.MinAvailable
+			dst.Spec.Selector = src.Spec.Selector
+			dst.Spec.UnhealthyPodEvictionPolicy = src.Spec.UnhealthyPodEvictionPolicy
+		},
+		drift: budgetDrift,
+		before: func(existing *policyv1.PodDisruptionBudget, _ string) error {
+			creating = existing.ResourceVersion == "" // empty before a create
+			return nil
+		},
+		written: func(*policyv1.PodDisruptionBudget) error {
+			created = creating
+			return nil
+		},
+	}, rs)
+	if err != nil {
+		return drift, err
+	}
+	if created && seen.seen(key, s.UID) {
+		drift = fmt.Sprintf("PodDisruptionBudget %s: deleted by another writer; created again, so evictions of the session's pod wait for its drain again", s.Name)
+	}
+	seen.mark(key, s.UID)
+	return drift, nil
+}
+
+// deleteBudget deletes the session's budget, if it has one it controls,
+// with its UID as a precondition (a 404 or 409 is a no-op): its template's
+// nodeDrainPolicy is Ignore, and evictions are left to Kubernetes.
+func deleteBudget(ctx context.Context, c client.Client, s *lullv1.Session) error {
+	pdb := &policyv1.PodDisruptionBudget{}
+	switch err := c.Get(ctx, client.ObjectKeyFromObject(s), pdb); {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	}
+	if !metav1.IsControlledBy(pdb, s) {
+		return nil // not lull's: never touched
+	}
+	uid := pdb.UID
+	if err := c.Delete(ctx, pdb, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete PodDisruptionBudget %s (nodeDrainPolicy Ignore): %w", pdb.Name, err)
+	}
+	log.FromContext(ctx).Info("deleted the session's budget: nodeDrainPolicy is Ignore", "budget", pdb.Name)
+	return nil
+}
+
+// budgetDrift describes the first field of lull's part of a budget's spec
+// that existing holds otherwise than desired; "" when none.
+func budgetDrift(existing, desired *policyv1.PodDisruptionBudget) string {
+	e, d := existing.Spec, desired.Spec
+	if es, ds := metav1.FormatLabelSelector(e.Selector), metav1.FormatLabelSelector(d.Selector); es != ds {
+		return fmt.Sprintf("spec.selector is %s (renders %s)", es, ds)
+	}
+	if es, ds := intOrStringText(e.MaxUnavailable), intOrStringText(d.MaxUnavailable); es != ds {
+		return fmt.Sprintf("spec.maxUnavailable is %s (renders %s)", es, ds)
+	}
+	if e.MinAvailable != nil {
+		return fmt.Sprintf("spec.minAvailable is %s (renders none)", e.MinAvailable.String())
+	}
+	if p := e.UnhealthyPodEvictionPolicy; p != nil && *p != policyv1.IfHealthyBudget {
+		return fmt.Sprintf("spec.unhealthyPodEvictionPolicy is %s (renders the default, %s)", *p, policyv1.IfHealthyBudget)
+	}
+	return ""
+}
+
+func intOrStringText(v *intstr.IntOrString) string {
+	if v == nil {
+		return "none"
+	}
+	return v.String()
+}
+
+// budgetsSeen remembers, for each session, the UID of the Session whose
+// budget this controller has seen exist: a later create of it follows a
+// deletion by another writer.
+type budgetsSeen struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]types.UID
+}
+
+func (b *budgetsSeen) seen(key types.NamespacedName, uid types.UID) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.m[key] == uid
+}
+
+func (b *budgetsSeen) mark(key types.NamespacedName, uid types.UID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m == nil {
+		b.m = map[types.NamespacedName]types.UID{}
+	}
+	b.m[key] = uid
+}
+
+func (b *budgetsSeen) forget(key types.NamespacedName) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.m, key)
+}
+
+// podNode returns the Node the pod runs on as the cache holds it, nil
+// when the pod is not scheduled or the node is not known (not cached, or
+// deleted): rollout.NodeDisruption reads nil as not disrupted.
+func (r *Reconciler) podNode(ctx context.Context, pod *corev1.Pod) (*corev1.Node, error) {
+	if pod == nil || pod.Spec.NodeName == "" {
+		return nil, nil
+	}
+	node := &corev1.Node{}
+	switch err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node); {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return node, nil
+}
+
+// handOff carries out a HandOff: it labels the committed pod
+// lull.dev/drained=<request ID> and stamps when (lull.dev/drained-at), in
+// one merge patch whose body carries the pod's UID, so it lands only on
+// that pod, never on a successor of its name. lull's budget no longer
+// covers the pod, so the next eviction retry of the node's drain evicts
+// exactly it; a pod nobody evicts is deleted by lull after
+// rollout.NodeDrainHandoff. A 404 or 409 (the pod gone, or another pod
+// of its name) is a no-op.
+func (r *Reconciler) handOff(ctx context.Context, o rollout.Observed, a rollout.Action) (rollout.Action, error) {
+	now := r.now()
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": a.PodUID,
+		"labels":      map[string]string{lullv1.LabelDrained: rollout.HandOffLabel(a.Replacement)},
+		"annotations": map[string]string{lullv1.AnnotationDrainedAt: now.UTC().Format(time.RFC3339)}}})
+	if err != nil {
+		return a, err
+	}
+	pod := o.Pod.DeepCopy()
+	err = r.Client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(lullv1.FieldManagerController))
+	switch {
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		log.FromContext(ctx).Info("pod already gone or replaced; nothing handed off", "pod", o.Pod.Name, "uid", a.PodUID)
+		return rollout.Action{Kind: rollout.Wait, Reason: lullv1.ReasonPodTerminating, Drain: a.Drain, Replacement: a.Replacement, Message: a.Message, RequeueAfter: time.Second}, nil
+	case err != nil:
+		return a, fmt.Errorf("hand pod %s to the drain of node %s: %w", o.Pod.Name, o.Pod.Spec.NodeName, err)
+	}
+	actions.WithLabelValues(string(rollout.HandOff), a.Reason).Inc()
+	observeDeleted(o, a, now)
+	log.FromContext(ctx).Info("handed the drained pod to its node's drain", "pod", o.Pod.Name, "uid", a.PodUID, "node", o.Pod.Spec.NodeName, "reason", a.Reason)
+	r.recordStep(o, a)
+	a.RequeueAfter = rollout.NodeDrainHandoff + time.Second/10
+	return a, nil
+}
+
+// nodeToSessions maps a Node to the sessions whose pods the cache shows on
+// it (index.PodNodeName).
+func (r *Reconciler) nodeToSessions(ctx context.Context, o client.Object) []reconcile.Request {
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.MatchingFields{index.PodNodeName: o.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range pods.Items {
+		reqs = append(reqs, sessionOfLabel(ctx, &pods.Items[i])...)
+	}
+	return reqs
+}
+
+// nodeDisruptionChanged passes a Node's update only when it changes
+// whether, or why, the node is being disrupted (rollout.NodeDisruption):
+// its status heartbeats and label churn reconcile no session. Creations and
+// deletions pass.
+var nodeDisruptionChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	old, okOld := e.ObjectOld.(*corev1.Node)
+	cur, okNew := e.ObjectNew.(*corev1.Node)
+	if !okOld || !okNew {
+		return true
+	}
+	wasWhy, was := rollout.NodeDisruption(old, nil)
+	isWhy, is := rollout.NodeDisruption(cur, nil)
+	return was != is || wasWhy != isWhy
+}}
