@@ -73,7 +73,9 @@ func PodFailure(pod *corev1.Pod, st lullv1.SessionStatus, reportWrittenAt time.T
 // and reportWrittenAt when the API server saw status.runtime written.
 //
 // The sidecar is live when the kubelet shows it running, or, while the
-// kubelet shows it waiting after a termination, when its report names the
+// kubelet shows it waiting after a termination, when that termination
+// shows no time (the kubelet lost the container; the report cannot be
+// ordered against it), or when its report names the
 // pod and was written after that termination (or the controller's record
 // of the start rests on such a report): like the SDK, the sidecar
 // writes a report on every start before it accepts a turn, and the kubelet
@@ -92,7 +94,14 @@ func SidecarHolds(pod *corev1.Pod, st lullv1.SessionStatus, reportWrittenAt time
 	}
 	finished, terminated := lastTermination(c)
 	if !terminated {
-		return false
+		// A termination shown without a time (ContainerStatusUnknown:
+		// the kubelet lost the container) cannot be ordered against the
+		// report naming the pod: the report may be the restarted run's,
+		// holding the turns of its state file, and is taken as live, as
+		// unrecordedRestart takes the runtime container's. Shown waiting
+		// with no termination at all, the sidecar has never run (native
+		// sidecars start first), so nothing holds.
+		return c.LastTerminationState.Terminated != nil
 	}
 	if r := st.Runtime; r != nil && r.PodUID == pod.UID && runSince(pod, nil, reportWrittenAt, finished) {
 		return true

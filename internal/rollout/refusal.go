@@ -102,11 +102,17 @@ func PodCreateRefusal(o Observed, events []corev1.Event, template string) *Refus
 		}
 		r.Reason = lullv1.ReasonPodQuotaExceeded
 		fix = fmt.Sprintf("raise ResourceQuota %s of namespace %s, or free what it counts; lull asks for the pod again as soon as the quota has room", cmpOr(r.Quota, "(named above)"), sts.Namespace)
-	case strings.Contains(msg, "failed calling webhook"):
+	case strings.Contains(msg, "failed calling webhook") && webhookUnreachable(msg):
 		// The API server could not reach a webhook it must call: the
 		// webhook's outage, which any revision's pod meets alike.
 		r.Reason = lullv1.ReasonAdmissionUnavailable
 		fix = "the webhook's service is not answering the API server; lull asks for the pod again on its retry schedule, and the StatefulSet controller retries too"
+	case strings.Contains(msg, "failed calling webhook"):
+		// The webhook was reached and answered, but its answer could not
+		// be applied (an undecodable patch, a response for another
+		// request, a handler's 500): it may answer so for this revision's
+		// pods only, so it is the revision's refusal, PodCreateRefused.
+		fix = fmt.Sprintf("the webhook answered but its answer could not be applied to SessionTemplate %s's pod: fix the webhook, or change the template so the webhook handles its pod", template)
 	case strings.Contains(msg, "violates PodSecurity"):
 		fix = fmt.Sprintf("make SessionTemplate %s's pod meet the namespace's Pod Security level, or change the namespace's pod-security.kubernetes.io labels", template)
 	case strings.Contains(msg, "LimitRange") || strings.Contains(msg, "per Container") || strings.Contains(msg, "per Pod"):
@@ -174,6 +180,25 @@ var quotaLimits = regexp.MustCompile(`requested: ([^\s]+), used: ([^\s]+), limit
 // of than the quota's hard limit, counting only the amounts a template
 // asks for (templateAmount), "" when none does (the quota is only full, or
 // counts no more objects) or msg is not one.
+// webhookUnreachable reports whether a "failed calling webhook" refusal
+// says the API server never got an answer from the webhook: the
+// connection refused, reset or timed out, no endpoint or no such host,
+// a TLS handshake that failed, the webhook's service overloaded. The
+// API server wraps an answer it got but could not use (an undecodable
+// patch, a response whose uid is another request's, a handler's 500:
+// "an error on the server") the same way (k8s.io/apiserver,
+// ErrCallingWebhook); those are not an outage.
+func webhookUnreachable(msg string) bool {
+	for _, m := range []string{"connection refused", "connection reset", "context deadline exceeded", "i/o timeout",
+		"Client.Timeout", "no endpoints available", "no such host", "no route to host", "network is unreachable",
+		"x509:", "tls:", "the server is currently unable to handle the request", "service unavailable"} {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
+}
+
 func overLimit(msg string) string {
 	m := quotaLimits.FindStringSubmatch(msg)
 	if m == nil {

@@ -85,7 +85,10 @@ func (r *Reconciler) reconcileSession(ctx context.Context, req ctrl.Request) (ct
 // status.runtime can erase the only evidence (see NeverStarted). A phase
 // before observe has not read the pod: it is read here. A write that
 // fails is left to the next reconcile, which sees the report again if it
-// is still there.
+// is still there. The write carries no resourceVersion
+// (writeStartRecord): an end may be a status write another writer's
+// change refused, and the record is true of the report as it was seen,
+// whatever was written since.
 func (r *Reconciler) recordStartOnEnd(ctx context.Context, sc *sessionScope) {
 	o := sc.observed
 	if o.Session == nil {
@@ -101,7 +104,7 @@ func (r *Reconciler) recordStartOnEnd(ctx context.Context, sc *sessionScope) {
 	if !rollout.RecordStart(o) {
 		return
 	}
-	if err := r.writeStatus(ctx, o.Session, rollout.WithStartRecord(o), "StartRecorded"); err != nil {
+	if err := r.writeStartRecord(ctx, o.Session, rollout.WithStartRecord(o)); err != nil {
 		log.FromContext(ctx).V(1).Info("recording the runtime's start before the reconcile ends", "error", err.Error())
 	}
 }

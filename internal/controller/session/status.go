@@ -94,6 +94,34 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *lullv1.Session, next lu
 	return nil
 }
 
+// writeStartRecord writes the record of a start of st (status.startedPodUID,
+// startedReportTime, startedRunTime) and nothing else, with the Session's
+// UID but not its resourceVersion as precondition: the record is a fact
+// about a report the controller saw in s, true whatever another writer
+// wrote to status.runtime since, so a change of the session in between
+// must not refuse it (recordStartOnEnd). Only the controller writes the
+// record (the admission policy refuses a runtime's write of it), one
+// reconcile of a session at a time.
+func (r *Reconciler) writeStartRecord(ctx context.Context, s *lullv1.Session, st lullv1.SessionStatus) error {
+	if s.Status.StartedPodUID == st.StartedPodUID && equality.Semantic.DeepEqual(s.Status.StartedReportTime, st.StartedReportTime) &&
+		equality.Semantic.DeepEqual(s.Status.StartedRunTime, st.StartedRunTime) {
+		return nil
+	}
+	body, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": s.UID},
+		"status": map[string]any{"startedPodUID": st.StartedPodUID, "startedReportTime": st.StartedReportTime,
+			"startedRunTime": st.StartedRunTime},
+	})
+	if err != nil {
+		return err
+	}
+	statusWrites.WithLabelValues("StartRecorded").Inc()
+	if err := r.Client.Status().Patch(ctx, s, client.RawPatch(types.MergePatchType, body), client.FieldOwner(lullv1.FieldManagerController)); err != nil {
+		return fmt.Errorf("record the runtime's start in session %s: %w", s.Name, err)
+	}
+	return nil
+}
+
 // writeAndRecord writes next, the status after step a of the session
 // observed in o (writeStatus), and once that write has succeeded records
 // the Events that follow it (rollout.Events); a refused write records
