@@ -202,6 +202,22 @@ const (
 	ReasonRuntimeNotReporting = "RuntimeNotReporting"
 )
 
+// A Session's BudgetsOverlap condition, absent unless another
+// PodDisruptionBudget (not lull's) also selects the session's pod under
+// nodeDrainPolicy Drain: the Eviction API refuses to evict a pod covered
+// by more than one budget, so every eviction of it fails (kubectl drain
+// stops on it, node upgrades wait then force), whatever lull's budget and
+// drain say. Its first appearance is also a Warning Event.
+const (
+	// ConditionBudgetsOverlap is True while another budget also selects
+	// the session's pod.
+	ConditionBudgetsOverlap = "BudgetsOverlap"
+
+	// ReasonOverlappingBudgets (True): the message names lull's budget and
+	// the others that select the pod, and what to change.
+	ReasonOverlappingBudgets = "OverlappingBudgets"
+)
+
 // A SessionTemplate's RolledOut condition.
 const (
 	// ConditionRolledOut is True when every running session of the

@@ -43,6 +43,29 @@ func PodNodeNameOf(o client.Object) []string {
 	return nil
 }
 
+// BudgetOwner indexes the cached PodDisruptionBudgets by whose they are:
+// BudgetOfSession for one a Session controls (lull's own, one per session),
+// BudgetOfOther for any other. A session's reconcile lists only the others
+// of its namespace, to find those that also select its pod, without
+// walking every session's budget.
+const BudgetOwner = "metadata.budgetOwner"
+
+// The values of BudgetOwner.
+const (
+	BudgetOfSession = "session"
+	BudgetOfOther   = "other"
+)
+
+// BudgetOwnerOf is BudgetOwner's value for o, a PodDisruptionBudget.
+func BudgetOwnerOf(o client.Object) []string {
+	for _, ref := range o.GetOwnerReferences() {
+		if ref.Controller != nil && *ref.Controller && ref.Kind == "Session" && ref.APIVersion == lullv1.GroupVersion.String() {
+			return []string{BudgetOfSession}
+		}
+	}
+	return []string{BudgetOfOther}
+}
+
 // SessionTemplateNameOf is SessionTemplateName's value for o, a
 // *lullv1.Session: its spec.templateRef.name.
 func SessionTemplateNameOf(o client.Object) []string {

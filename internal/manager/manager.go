@@ -12,7 +12,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -84,7 +83,10 @@ func init() {
 // New builds the manager with lull's controllers registered. Objects lull
 // renders are cached only when they carry the lull.dev/session label (files
 // ConfigMaps: lull.dev/files), so the controller's memory grows with
-// sessions, not with the cluster.
+// sessions, not with the cluster. PodDisruptionBudgets are all cached, not
+// only the sessions' own: another budget that also selects a session pod
+// makes every eviction of it fail (BudgetsOverlap); Nodes are all cached,
+// their spec only (stripSpec).
 func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	cfg = rest.CopyConfig(cfg)
 	requestmetrics.Instrument(cfg)
@@ -104,15 +106,13 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		// Session's managed fields (session.StripSessionForCache).
 		DefaultTransform: stripForCache,
 		ByObject: map[client.Object]cache.ByObject{
-			&lullv1.Session{}: {Transform: session.StripSessionForCache},
-			&corev1.Pod{}:     byLabel,
-			// The budgets of sessions under nodeDrainPolicy Drain.
-			&policyv1.PodDisruptionBudget{}: byLabel,
-			&appsv1.StatefulSet{}:           byLabel,
-			&corev1.Service{}:               byLabel,
-			&corev1.ServiceAccount{}:        byLabel,
-			&rbacv1.Role{}:                  byLabel,
-			&rbacv1.RoleBinding{}:           byLabel,
+			&lullv1.Session{}:        {Transform: session.StripSessionForCache},
+			&corev1.Pod{}:            byLabel,
+			&appsv1.StatefulSet{}:    byLabel,
+			&corev1.Service{}:        byLabel,
+			&corev1.ServiceAccount{}: byLabel,
+			&rbacv1.Role{}:           byLabel,
+			&rbacv1.RoleBinding{}:    byLabel,
 			// Session claims carry the StatefulSet's selector labels.
 			&corev1.PersistentVolumeClaim{}: byLabel,
 			// The content-addressed ConfigMaps of templates' files

@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -171,7 +172,9 @@ func newReaderWorld(t *testing.T, strip bool) *readerWorld {
 		}).
 		WithIndex(&corev1.Event{}, session.IndexInvolvedUID, func(o client.Object) []string {
 			return []string{string(o.(*corev1.Event).InvolvedObject.UID)}
-		})
+		}).
+		WithIndex(&corev1.Pod{}, index.PodNodeName, index.PodNodeNameOf).
+		WithIndex(&policyv1.PodDisruptionBudget{}, index.BudgetOwner, index.BudgetOwnerOf)
 	byLabel := func(o client.Object) []string {
 		if v, ok := o.GetLabels()[lullv1.LabelSession]; ok {
 			return []string{v}

@@ -70,6 +70,10 @@ type Observed struct {
 	// NodeDrain is the template's node drain policy (spec.nodeDrainPolicy);
 	// empty fields take their defaults (NodeDrainPolicyOf).
 	NodeDrain lullv1.NodeDrainPolicy
+	// OverlappingBudgets names, sorted, the PodDisruptionBudgets other
+	// than lull's that also select the pod (read only under strategy
+	// Drain): the BudgetsOverlap condition names them.
+	OverlappingBudgets []string
 }
 
 // Kind is what the reconciler must do.

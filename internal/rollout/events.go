@@ -38,7 +38,9 @@ type Event struct {
 //     NodeDrain).
 //  4. The runtime newly not reporting (the Active condition's reason
 //     becoming RuntimeNotReporting): a Warning with that condition's
-//     message, action Report.
+//     message, action Report; another budget newly selecting the pod
+//     beside lull's (BudgetsOverlap appearing): a Warning
+//     OverlappingBudgets with its message, action NodeDrain.
 //  5. The step's own, at most one: a drain request (the step's reason,
 //     action RequestDrain); the session up to date on a revision other
 //     than the one its pod ran (Updated, action Rollout), not for a resume,
@@ -77,6 +79,9 @@ func Events(o Observed, next lullv1.SessionStatus, a Action) []Event {
 	if c := meta.FindStatusCondition(next.Conditions, lullv1.ConditionActive); c != nil && c.Reason == lullv1.ReasonRuntimeNotReporting &&
 		!hasConditionReason(s, lullv1.ConditionActive, lullv1.ReasonRuntimeNotReporting) {
 		out = append(out, Event{Type: corev1.EventTypeWarning, Reason: lullv1.ReasonRuntimeNotReporting, Action: "Report", Note: c.Message, Related: pod})
+	}
+	if c := meta.FindStatusCondition(next.Conditions, lullv1.ConditionBudgetsOverlap); c != nil && !meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionBudgetsOverlap) {
+		out = append(out, Event{Type: corev1.EventTypeWarning, Reason: lullv1.ReasonOverlappingBudgets, Action: "NodeDrain", Note: c.Message, Related: pod})
 	}
 	upToDate := meta.IsStatusConditionTrue(next.Conditions, lullv1.ConditionUpToDate)
 	switch {

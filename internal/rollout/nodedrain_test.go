@@ -357,3 +357,29 @@ func conditionIs(st lullv1.SessionStatus, typ string, status metav1.ConditionSta
 	c := findCondition(st.Conditions, typ)
 	return c != nil && c.Status == status && c.Reason == reason
 }
+
+func TestAnotherBudgetOverTheSessionPodIsNamedInACondition(t *testing.T) {
+	f := onNode()
+	f.o.Node.Spec.Unschedulable = false
+	f.o.OverlappingBudgets = []string{"team-pdb"}
+	a := decide(f.o)
+	st := nextStatus(f.o, a)
+	c := findCondition(st.Conditions, lullv1.ConditionBudgetsOverlap)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != lullv1.ReasonOverlappingBudgets ||
+		!strings.Contains(c.Message, "team-pdb") || !strings.Contains(c.Message, "PodDisruptionBudget s (lull's)") {
+		t.Fatalf("condition %+v; want BudgetsOverlap naming both budgets", c)
+	}
+	ev := Events(f.o, st, a)
+	if len(ev) != 1 || ev[0].Type != corev1.EventTypeWarning || ev[0].Reason != lullv1.ReasonOverlappingBudgets {
+		t.Fatalf("events %+v; want one Warning OverlappingBudgets", ev)
+	}
+	// Written: no second Warning; gone once no other budget selects it.
+	f.o.Session.Status = st
+	if ev := Events(f.o, nextStatus(f.o, a), a); len(ev) != 0 {
+		t.Errorf("events once written %+v; want none", ev)
+	}
+	f.o.OverlappingBudgets = nil
+	if c := findCondition(nextStatus(f.o, decide(f.o)).Conditions, lullv1.ConditionBudgetsOverlap); c != nil {
+		t.Errorf("condition %+v with no other budget; want it removed", c)
+	}
+}

@@ -126,6 +126,8 @@ func NextStatus(o Observed, j lifecycle.Judgement, a Action) lullv1.SessionStatu
 		set(lullv1.ConditionDraining, metav1.ConditionFalse, lullv1.ReasonNoDrainRequest, "no drain request is outstanding")
 	}
 
+	setBudgetsOverlap(o, &st.Conditions)
+
 	st.Lifecycle = j.Status
 	switch r := s.Status.Runtime; j.State {
 	case lifecycle.NotReporting:
@@ -268,4 +270,20 @@ func Passing(o Observed, a Action) bool {
 // count by it.
 func Current(s *lullv1.Session, revision string) bool {
 	return meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionUpToDate) && s.Status.TemplateRevision == revision
+}
+
+// setBudgetsOverlap sets the BudgetsOverlap condition while other budgets
+// than lull's select the session's pod (o.OverlappingBudgets), and removes
+// it once none does: absent, it costs the sessions without one nothing.
+func setBudgetsOverlap(o Observed, conditions *[]metav1.Condition) {
+	if len(o.OverlappingBudgets) == 0 || o.Pod == nil {
+		meta.RemoveStatusCondition(conditions, lullv1.ConditionBudgetsOverlap)
+		return
+	}
+	meta.SetStatusCondition(conditions, metav1.Condition{Type: lullv1.ConditionBudgetsOverlap, Status: metav1.ConditionTrue,
+		Reason: lullv1.ReasonOverlappingBudgets, ObservedGeneration: o.Session.Generation, LastTransitionTime: metav1.NewTime(o.Now),
+		Message: fmt.Sprintf("PodDisruptionBudget %s (lull's) and %s all select pod %s: the Eviction API refuses to evict a pod covered by more than one budget, "+
+			"so every eviction of it fails (kubectl drain stops on it, node upgrades wait and then force it); remove the session's pods from %s's selector, "+
+			"or set the template's nodeDrainPolicy.strategy to Ignore to leave evictions to your budget",
+			o.Session.Name, strings.Join(o.OverlappingBudgets, ", "), o.Pod.Name, strings.Join(o.OverlappingBudgets, ", "))})
 }

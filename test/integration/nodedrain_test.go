@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -297,4 +299,35 @@ func TestNodeDrainHandOffWithNobodyEvictingDeletes(t *testing.T) {
 	if waited := time.Since(labelled); waited < rollout.NodeDrainHandoff-2*time.Second {
 		t.Errorf("deleted %s after the hand-off; want no sooner than %s", waited, rollout.NodeDrainHandoff)
 	}
+}
+
+// A user's budget that also selects a session pod makes every eviction of
+// it fail (the Eviction API refuses a pod covered by two budgets): the
+// Session names both budgets in its BudgetsOverlap condition, with a
+// Warning Event, until the user's budget no longer selects it.
+func TestNodeDrainOverlappingBudgetIsNamed(t *testing.T) {
+	t.Parallel()
+	ns := startManager(t)
+	n := runs.Add(1)
+	node := fmt.Sprintf("nodedrain-%s-%d", ns, n)
+	createNode(t, node)
+	ds := startNodeDrainSession(t, ns, fmt.Sprintf("nd%d", n), node)
+	user := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("team-%d", n)},
+		Spec: policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{lullv1.LabelSession: ds.name}}}}
+	if err := admin.Create(t.Context(), user); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, ns, ds.name, "BudgetsOverlap names the user's budget", func(st lullv1.SessionStatus) bool {
+		c := meta.FindStatusCondition(st.Conditions, lullv1.ConditionBudgetsOverlap)
+		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, user.Name) && strings.Contains(c.Message, ds.name+" (lull's)")
+	})
+	eventually(t, 10*time.Second, "OverlappingBudgets Event", func(ctx context.Context) error {
+		return hasEvent(ctx, ns, lullv1.ReasonOverlappingBudgets, user.Name)
+	})
+	if err := admin.Delete(t.Context(), user); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, ns, ds.name, "BudgetsOverlap removed", func(st lullv1.SessionStatus) bool {
+		return meta.FindStatusCondition(st.Conditions, lullv1.ConditionBudgetsOverlap) == nil
+	})
 }

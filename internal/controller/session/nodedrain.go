@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -246,3 +248,57 @@ var nodeDisruptionChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent
 	isWhy, is := rollout.NodeDisruption(cur, nil)
 	return was != is || wasWhy != isWhy
 }}
+
+// overlappingBudgets returns, sorted, the names of the budgets of the
+// session's namespace other than lull's (index.BudgetOwner) whose selector
+// matches its pod, under nodeDrainPolicy Drain: the Eviction API refuses a
+// pod covered by more than one budget, so such a pod can never be evicted
+// (BudgetsOverlap). As policy/v1 reads a selector, an empty one selects
+// every pod of the namespace and a missing one none.
+func (r *Reconciler) overlappingBudgets(ctx context.Context, s *lullv1.Session, t *lullv1.SessionTemplate, pod *corev1.Pod) ([]string, error) {
+	if pod == nil || !rollout.GuardsEvictions(t.Spec.NodeDrainPolicy) {
+		return nil, nil
+	}
+	var list policyv1.PodDisruptionBudgetList
+	if err := r.Client.List(ctx, &list, client.InNamespace(s.Namespace), client.MatchingFields{index.BudgetOwner: index.BudgetOfOther}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	var out []string
+	for i := range list.Items {
+		sel, err := metav1.LabelSelectorAsSelector(list.Items[i].Spec.Selector)
+		if err != nil {
+			continue // the API server refuses such a selector
+		}
+		if sel.Matches(labels.Set(pod.Labels)) {
+			out = append(out, list.Items[i].Name)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// budgetToSessions maps a budget to the sessions it concerns: a session's
+// own by its lull.dev/session label, any other to the sessions whose pods
+// (as the cache holds them) it selects.
+func (r *Reconciler) budgetToSessions(ctx context.Context, o client.Object) []reconcile.Request {
+	if reqs := sessionOfLabel(ctx, o); len(reqs) > 0 {
+		return reqs
+	}
+	pdb, ok := o.(*policyv1.PodDisruptionBudget)
+	if !ok {
+		return nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	if err != nil {
+		return nil
+	}
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(pdb.Namespace), client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range pods.Items {
+		reqs = append(reqs, sessionOfLabel(ctx, &pods.Items[i])...)
+	}
+	return reqs
+}

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -275,5 +277,41 @@ func TestNodeEventsPassOnlyDisruptionChanges(t *testing.T) {
 		if got := nodeDisruptionChanged.Update(event.UpdateEvent{ObjectOld: c.old, ObjectNew: c.cur}); got != c.want {
 			t.Errorf("%s: passes %t, want %t", c.name, got, c.want)
 		}
+	}
+}
+
+// A user's budget that also selects the session's pod is named in the
+// BudgetsOverlap condition, with a Warning Event; lull's own budget of
+// another session is not.
+func TestUsersBudgetOverTheSessionPodIsNamed(t *testing.T) {
+	w := newWorld(t, interceptor.Funcs{}, onCordonedNode)
+	w.cordon(false)
+	everything := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "team-pdb"},
+		Spec: policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{}}}
+	other := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"},
+		Spec: policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}
+	for _, b := range []client.Object{everything, other} {
+		if err := w.c.Create(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The pod is not Ready yet: its status is written once that has lasted.
+	for _, at := range []time.Duration{0, SettleDelay + time.Second} {
+		w.clock.SetTime(t0.Add(at))
+		if _, err := w.reconcile(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := w.session()
+	c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionBudgetsOverlap)
+	if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "team-pdb") || strings.Contains(c.Message, "web") {
+		t.Fatalf("condition %+v; want BudgetsOverlap naming team-pdb alone", c)
+	}
+	if got := w.eventReasons(); !slices.Contains(got, lullv1.ReasonOverlappingBudgets) {
+		t.Errorf("events %v; want OverlappingBudgets", got)
+	}
+	got := w.r.budgetToSessions(context.Background(), everything)
+	if len(got) != 1 || got[0].NamespacedName != w.key {
+		t.Errorf("team-pdb maps to %v; want [%s]", got, w.key)
 	}
 }

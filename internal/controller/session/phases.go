@@ -252,9 +252,13 @@ func (r *Reconciler) observe(ctx context.Context, sc *sessionScope) (phaseResult
 	if err != nil {
 		return phaseResult{}, err
 	}
+	overlapping, err := r.overlappingBudgets(ctx, s, t, pod)
+	if err != nil {
+		return phaseResult{}, err
+	}
 	o := rollout.Observed{Now: sc.now, Session: s, Policy: rollout.EffectivePolicy(t, render.TemplateRevision(t)), Pod: pod, Admitted: rollout.Admitted(t.Status.Wave, s),
 		Lifecycle: lifecycle.PolicyFor(t, s), ReportWrittenAt: ReportWrittenAt(s), ForcedBy: forceUpdateManager(s),
-		Node: node, NodeDrain: t.Spec.NodeDrainPolicy}
+		Node: node, NodeDrain: t.Spec.NodeDrainPolicy, OverlappingBudgets: overlapping}
 	if o.PendingClaims, err = pendingClaims(ctx, r.reader(), s, t, pod); err != nil {
 		return phaseResult{}, err
 	}

@@ -2,6 +2,7 @@ package session
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -27,6 +28,7 @@ func withSessionIndex(b *fake.ClientBuilder, sch *runtime.Scheme) *fake.ClientBu
 		b = b.WithIndex(obj.(client.Object), index.SessionLabel, index.SessionLabelOf)
 	}
 	b = b.WithIndex(&corev1.Pod{}, index.PodNodeName, index.PodNodeNameOf)
+	b = b.WithIndex(&policyv1.PodDisruptionBudget{}, index.BudgetOwner, index.BudgetOwnerOf)
 	if sch.Recognizes(lullv1.GroupVersion.WithKind("Session")) {
 		b = b.WithIndex(&lullv1.Session{}, IndexQuotaRefused, quotaRefused)
 	}

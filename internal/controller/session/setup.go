@@ -67,6 +67,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, index.PodNodeName, index.PodNodeNameOf); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &policyv1.PodDisruptionBudget{}, index.BudgetOwner, index.BudgetOwnerOf); err != nil {
+		return err
+	}
 	if opts.MaxConcurrentReconciles == 0 {
 		opts.MaxConcurrentReconciles = 8
 	}
@@ -88,7 +91,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		Watches(&rbacv1.RoleBinding{}, bySessionLabel).
 		Watches(&corev1.Pod{}, bySessionLabel).
 		Watches(&corev1.PersistentVolumeClaim{}, bySessionLabel).
-		Watches(&policyv1.PodDisruptionBudget{}, bySessionLabel).
+		// A session's own budget by its label; any other by the session
+		// pods it selects (BudgetsOverlap).
+		Watches(&policyv1.PodDisruptionBudget{}, handler.EnqueueRequestsFromMapFunc(r.budgetToSessions)).
 		// A node cordoned, tainted by a drain or uncordoned: the sessions
 		// whose pods run on it (index.PodNodeName) are judged again.
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.nodeToSessions), builder.WithPredicates(nodeDisruptionChanged)).

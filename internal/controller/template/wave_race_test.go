@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -78,7 +79,8 @@ func newWaveWorld(t *testing.T, sessionFuncs, templateFuncs interceptor.Funcs) *
 	}
 	b := fake.NewClientBuilder().WithScheme(sch).WithObjects(objs...).
 		WithStatusSubresource(&lullv1.Session{}, &lullv1.SessionTemplate{}, &appsv1.StatefulSet{}).
-		WithIndex(&lullv1.Session{}, index.SessionTemplateName, index.SessionTemplateNameOf)
+		WithIndex(&lullv1.Session{}, index.SessionTemplateName, index.SessionTemplateNameOf).
+		WithIndex(&policyv1.PodDisruptionBudget{}, index.BudgetOwner, index.BudgetOwnerOf)
 	for _, o := range []client.Object{&corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}, &corev1.Service{}, &appsv1.StatefulSet{}, &corev1.Pod{}, &corev1.PersistentVolumeClaim{}} {
 		b = b.WithIndex(o, index.SessionLabel, func(o client.Object) []string {
 			if v, ok := o.GetLabels()[lullv1.LabelSession]; ok {
