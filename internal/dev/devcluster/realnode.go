@@ -152,15 +152,18 @@ func (c *Cluster) prepareRealNode() error {
 	if err != nil {
 		return &StartError{Step: "real node", Err: refusal{err}}
 	}
-	lock, prev, err := lockMachine(c.StateDir)
-	if err != nil {
-		return err
-	}
 	// Refused before c.real is set: Stop must not clean up what is not
 	// the real node's.
-	if err := checkNotForeign(prev, machinePaths); err != nil {
-		lock.Close()
-		return &StartError{Step: "real node", Err: refusal{err}}
+	var foreign error
+	lock, prev, err := lockMachine(c.StateDir, func(prev machineHolder) error {
+		foreign = checkNotForeign(prev, machinePaths)
+		return foreign
+	})
+	if foreign != nil {
+		return &StartError{Step: "real node", Err: refusal{foreign}}
+	}
+	if err != nil {
+		return err
 	}
 	c.real = &realNode{name: name, paths: newNodePaths(c.StateDir), lock: lock}
 	c.RealNodeName = name

@@ -171,3 +171,35 @@ func TestImageThatFailedToImportNamesTheImageAndTheRebuild(t *testing.T) {
 	other := imageNotInArchive(im, []string{"ghcr.io/lull-dev/example-runtime:v0.0.9"})
 	containsAll(t, "other reference", other.Error(), im.Ref, im.Tarball, "v0.0.9", "start again")
 }
+
+// A start refused for foreign host paths leaves the machine lock's record
+// as it was: a record of its own would tell the next start that a lull
+// real node ran, and that start would remove the foreign kubelet root as
+// a crashed run's leftover.
+func TestARefusedStartLeavesNoRecordThatMakesForeignPathsLeftovers(t *testing.T) {
+	old := machineLockPath
+	machineLockPath = filepath.Join(t.TempDir(), "real-node.lock")
+	t.Cleanup(func() { machineLockPath = old })
+	dir := t.TempDir()
+	p := hostPaths{systemSocket: filepath.Join(dir, "system.sock"), nodeSocket: filepath.Join(dir, "node.sock"), kubeletRoot: filepath.Join(dir, "kubelet")}
+	if err := os.Mkdir(p.kubeletRoot, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	check := func(prev machineHolder) error { return checkNotForeign(prev, p) }
+	for attempt := 1; attempt <= 2; attempt++ {
+		f, prev, err := lockMachine("/tmp/state-a", check)
+		if err == nil {
+			f.Close()
+			t.Fatalf("attempt %d: a foreign kubelet root accepted (previous record %+v)", attempt, prev)
+		}
+		containsAll(t, "foreign kubelet root", err.Error(), p.kubeletRoot, "rm -rf")
+	}
+	if _, err := os.Stat(p.kubeletRoot); err != nil {
+		t.Errorf("the foreign kubelet root was touched: %v", err)
+	}
+	if f, prev, err := lockMachine("/tmp/state-b", nil); err != nil || prev != (machineHolder{}) {
+		t.Errorf("after two refusals the lock records %+v (%v), want no record", prev, err)
+	} else {
+		f.Close()
+	}
+}
