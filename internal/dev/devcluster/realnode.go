@@ -113,7 +113,7 @@ func checkRealNodeHost(h realNodeHost) error {
 		return refusal{fmt.Errorf("devcluster: the real node runs on Linux only (this is %s): run lull dev without --real-node", h.goos)}
 	}
 	if h.euid != 0 {
-		return refusal{fmt.Errorf("devcluster: the real node needs root (containerd, runc and the kubelet mount file systems, create cgroups and network links), and this runs as uid %d: run it as root with your environment, `%s` (or `sudo -E make demo-real-node`, `sudo -E make test`), or without --real-node", h.euid, RealNodeAsRoot)}
+		return refusal{fmt.Errorf("devcluster: the real node needs root (containerd, runc and the kubelet mount file systems, create cgroups and network links), and this runs as uid %d: run it as root with your environment, `%s` (the same prefix before `make demo-real-node` or `make test`), or without --real-node", h.euid, RealNodeAsRoot)}
 	}
 	if err := h.cgroups(); err != nil {
 		return refusal{fmt.Errorf("devcluster: the real node needs cgroups mounted under %s (%w): mount them (`mount -t cgroup2 none %s`) or run lull dev without --real-node", cgroupRoot, err, cgroupRoot)}

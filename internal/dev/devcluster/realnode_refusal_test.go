@@ -46,7 +46,7 @@ func TestRealNodeHostRefusalNamesTheCauseAndTheFix(t *testing.T) {
 		{"not Linux", func(t *testing.T) realNodeHost { h := asked(t); h.goos = "darwin"; return h },
 			[]string{"Linux only", "darwin", "without --real-node"}},
 		{"not root", func(t *testing.T) realNodeHost { h := asked(t); h.euid = 1000; return h },
-			[]string{"needs root", "uid 1000", `sudo -E env "PATH=$PATH" bin/lull dev --real-node`, "sudo -E make test"}},
+			[]string{"needs root", "uid 1000", `sudo -E env "PATH=$PATH" bin/lull dev --real-node`, "make test"}},
 		{"no cgroups", func(t *testing.T) realNodeHost {
 			h := asked(t)
 			h.cgroups = func() error { return os.ErrNotExist }
