@@ -22,7 +22,7 @@ if [[ "$(uname -s)" != Linux ]]; then
   fix="run make test on a Linux machine"
 elif [[ $EUID -ne 0 ]]; then
   why="the real node needs root (containerd, runc and the kubelet mount file systems, create cgroups and network links)"
-  fix="sudo -E make test"
+  fix='sudo -E env "PATH=$PATH" make test (sudo resets PATH, where go must be found)'
 elif ((${#missing[@]})); then
   if command -v apt-get >/dev/null 2>&1; then
     log "installing ${PACKAGES[*]} (missing: ${missing[*]})"

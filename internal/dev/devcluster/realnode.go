@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,33 +54,81 @@ var hostCommands = []struct{ path, pkg string }{
 // from the machine's packages.
 const RealNodeInstall = "apt-get install -y containerd runc containernetworking-plugins"
 
+// ErrRealNodeRefused is matched by the errors that refuse a real node
+// before anything of the machine is changed: the machine cannot run it
+// (CheckRealNodeHost), its name does not resolve, or host paths the
+// clean-up would remove are not a lull real node's. A caller may remove
+// what it prepared for the run (lull dev, its temporary state directory):
+// there are no logs to keep.
+var ErrRealNodeRefused = errors.New("the real node was refused before it changed anything")
+
+// refusal marks err as an ErrRealNodeRefused.
+type refusal struct{ error }
+
+func (r refusal) Unwrap() []error { return []error{r.error, ErrRealNodeRefused} }
+
+// RealNodeAsRoot is the command line that runs lull dev's real node as
+// root: sudo keeps the user's environment (the kubelet is in their cache)
+// but resets PATH, where go must be found (the node's images are built
+// from source at start).
+const RealNodeAsRoot = `sudo -E env "PATH=$PATH" bin/lull dev --real-node`
+
 // CheckRealNodeHost returns nil if this machine can run the real node:
 // Linux, root, cgroup hierarchies under /sys/fs/cgroup, containerd, runc
 // and the CNI plugins installed, and the kubelet in the cache. Otherwise
-// its error says what is missing and the one command that fixes it.
+// its error, matching ErrRealNodeRefused, says what is missing and the one
+// command that fixes it.
 func CheckRealNodeHost() error {
-	if runtime.GOOS != "linux" {
-		return fmt.Errorf("devcluster: the real node runs on Linux only (this is %s): run lull dev without --real-node", runtime.GOOS)
+	return checkRealNodeHost(realNodeHost{
+		goos: runtime.GOOS,
+		euid: os.Geteuid(),
+		cgroups: func() error {
+			_, err := os.Stat(filepath.Join(cgroupRoot, "memory"))
+			if err != nil {
+				if _, err2 := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err2 == nil {
+					return nil
+				}
+			}
+			return err
+		},
+		lookPath: exec.LookPath,
+		kubelet:  func() error { return checkRuns(binariesIn(CacheDir()).Kubelet) },
+	})
+}
+
+// realNodeHost is what CheckRealNodeHost looks at, each fact asked in
+// order so that a later one is not asked once an earlier one refuses.
+type realNodeHost struct {
+	goos     string
+	euid     int
+	cgroups  func() error                 // nil if hierarchies are mounted under cgroupRoot
+	lookPath func(string) (string, error) // exec.LookPath
+	kubelet  func() error                 // nil if the cached kubelet runs
+}
+
+// checkRealNodeHost is CheckRealNodeHost's decision: the first thing this
+// machine lacks, named with the one command that fixes it.
+func checkRealNodeHost(h realNodeHost) error {
+	if h.goos != "linux" {
+		return refusal{fmt.Errorf("devcluster: the real node runs on Linux only (this is %s): run lull dev without --real-node", h.goos)}
 	}
-	if os.Geteuid() != 0 {
-		return errors.New("devcluster: the real node needs root (containerd, runc and the kubelet mount file systems, create cgroups and network links): run as root (sudo -E), or without --real-node")
+	if h.euid != 0 {
+		return refusal{fmt.Errorf("devcluster: the real node needs root (containerd, runc and the kubelet mount file systems, create cgroups and network links), and this runs as uid %d: run it as root with your environment, `%s` (the same prefix before `make demo-real-node` or `make test`), or without --real-node", h.euid, RealNodeAsRoot)}
 	}
-	if _, err := os.Stat(filepath.Join(cgroupRoot, "memory")); err != nil {
-		if _, err2 := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err2 != nil {
-			return fmt.Errorf("devcluster: the real node needs cgroups mounted under %s: %w", cgroupRoot, err)
-		}
+	if err := h.cgroups(); err != nil {
+		return refusal{fmt.Errorf("devcluster: the real node needs cgroups mounted under %s (%w): mount them (`mount -t cgroup2 none %s`) or run lull dev without --real-node", cgroupRoot, err, cgroupRoot)}
 	}
 	var missing []string
 	for _, c := range hostCommands {
-		if _, err := exec.LookPath(c.path); err != nil {
+		if _, err := h.lookPath(c.path); err != nil {
 			missing = append(missing, c.path+" ("+c.pkg+")")
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("devcluster: the real node needs %s, not found: run `%s` (make test does when run as root)", strings.Join(missing, ", "), RealNodeInstall)
+		return refusal{fmt.Errorf("devcluster: the real node needs %s, not found: run `%s` (make test does when run as root)", strings.Join(missing, ", "), RealNodeInstall)}
 	}
-	if err := checkRuns(binariesIn(CacheDir()).Kubelet); err != nil {
-		return fmt.Errorf("devcluster: the real node's kubelet is not usable (run `make tools`, which builds it into %s): %w", CacheDir(), err)
+	if err := h.kubelet(); err != nil {
+		return refusal{fmt.Errorf("devcluster: the real node's kubelet is not usable (run `make tools`, which builds it into %s): %w", CacheDir(), err)}
 	}
 	return nil
 }
@@ -101,17 +150,20 @@ func (c *Cluster) prepareRealNode() error {
 	}
 	name, err := nodeName()
 	if err != nil {
-		return &StartError{Step: "real node", Err: err}
-	}
-	lock, prev, err := lockMachine(c.StateDir)
-	if err != nil {
-		return err
+		return &StartError{Step: "real node", Err: refusal{err}}
 	}
 	// Refused before c.real is set: Stop must not clean up what is not
 	// the real node's.
-	if err := checkNotForeign(prev, machinePaths); err != nil {
-		lock.Close()
-		return &StartError{Step: "real node", Err: err}
+	var foreign error
+	lock, prev, err := lockMachine(c.StateDir, func(prev machineHolder) error {
+		foreign = checkNotForeign(prev, machinePaths)
+		return foreign
+	})
+	if foreign != nil {
+		return &StartError{Step: "real node", Err: refusal{foreign}}
+	}
+	if err != nil {
+		return err
 	}
 	c.real = &realNode{name: name, paths: newNodePaths(c.StateDir), lock: lock}
 	c.RealNodeName = name
@@ -125,11 +177,37 @@ func (c *Cluster) prepareRealNode() error {
 	}
 	if !left.empty() {
 		if err := removeLeftovers(left); err != nil {
-			return &StartError{Step: "real node leftovers", Err: fmt.Errorf("a real node of an earlier run (pid %s, state dir %s) left %s; removing them failed: %w", prev.PID, prev.StateDir, left, err)}
+			return &StartError{Step: "real node leftovers", Err: leftoversNotRemoved(prev, left, err)}
 		}
-		c.progress("removed what the real node of an earlier run (pid %s) left: %s", t, prev.PID, left)
+		c.progress("%s", t, leftoversRemoved(prev, left))
 	}
 	return nil
+}
+
+// earlierRun names the run a machine lock record is of.
+func earlierRun(prev machineHolder) string {
+	pid, dir := prev.PID, prev.StateDir
+	if pid == "" {
+		pid = "unknown"
+	}
+	if dir == "" {
+		dir = "unknown"
+	}
+	return fmt.Sprintf("the real node of an earlier run (pid %s, state dir %s)", pid, dir)
+}
+
+// leftoversRemoved is the progress line of a start that removed what a
+// crashed real node left: nothing for the user to do.
+func leftoversRemoved(prev machineHolder, left hostLeftovers) string {
+	return fmt.Sprintf("removed what %s left: %s", earlierRun(prev), left)
+}
+
+// leftoversNotRemoved is the error of a start that could not remove what
+// a crashed real node left: what, why, and that the next start tries
+// again once what holds them (a process outside the node, a shell in a
+// mounted directory) is gone.
+func leftoversNotRemoved(prev machineHolder, left hostLeftovers, err error) error {
+	return fmt.Errorf("%s left %s; removing them failed: %w; stop what still holds them (a process started outside the node, a shell in a directory under them), then start again: each start removes them (`%s`)", earlierRun(prev), left, err, RealNodeAsRoot)
 }
 
 // hostPaths are the machine's paths checkNotForeign looks at.
@@ -152,7 +230,7 @@ func checkNotForeign(prev machineHolder, p hostPaths) error {
 		return nil
 	}
 	if _, err := os.Stat(p.nodeSocket); err == nil {
-		return fmt.Errorf("%s exists but no lull real node ran on this machine since boot: another containerd's? stop it, or remove %s if it is a leftover", p.nodeSocket, filepath.Dir(p.nodeSocket))
+		return fmt.Errorf("%s exists but no lull real node ran on this machine since boot (%s has no record): another containerd's? lull dev does not touch it; stop that containerd, or if it is a leftover, remove it (rm -rf %s) and start again", p.nodeSocket, machineLockPath, filepath.Dir(p.nodeSocket))
 	}
 	if _, err := os.Stat(p.kubeletRoot); err == nil {
 		return fmt.Errorf("%s exists but no lull real node ran on this machine since boot (%s has no record): another kubelet's? lull dev does not touch it; if it is a leftover, remove it (rm -rf %s) and start again", p.kubeletRoot, machineLockPath, p.kubeletRoot)
@@ -167,11 +245,29 @@ func nodeName() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	name = strings.ToLower(name)
-	if _, err := net.LookupHost(name); err != nil {
-		return "", fmt.Errorf("the real node is named after this machine (%q), which does not resolve: the API server dials it for logs and exec; add `127.0.0.1 %s` to /etc/hosts", name, name)
+	return resolvableNodeName(name, net.LookupHost)
+}
+
+// resolvableNodeName is nodeName's decision: the hostname, lower-cased,
+// if lookup resolves it; otherwise an error naming the /etc/hosts line
+// that fixes it.
+func resolvableNodeName(hostname string, lookup func(string) ([]string, error)) (string, error) {
+	name := strings.ToLower(hostname)
+	if _, err := lookup(name); err != nil {
+		return "", fmt.Errorf("the real node is named after this machine (%q), which does not resolve: the API server dials it for logs and exec; add `127.0.0.1 %s` to /etc/hosts (echo '127.0.0.1 %s' >> /etc/hosts)", name, name, name)
 	}
 	return name, nil
+}
+
+// serviceForwardError explains a failure to listen on the kubernetes
+// Service's address, the one fixed port the real node needs: every other
+// port of the plane and the kubelet is a free one picked at start.
+func serviceForwardError(err error) error {
+	addr := net.JoinHostPort(serviceIP, "443")
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("%w: pods reach the API server at the kubernetes Service's %s, and another program listens on port 443 (on every address, or this one): find it with `ss -ltnp 'sport = :443'` and stop it, or start without --real-node", err, addr)
+	}
+	return fmt.Errorf("listen on %s, the kubernetes Service's address the pods reach the API server at: %w", addr, err)
 }
 
 // startRealNode starts containerd, imports the images, starts the kubelet
@@ -211,7 +307,7 @@ func (c *Cluster) startRealNode(ctx context.Context, client kubernetes.Interface
 		return &StartError{Step: "service forward", Err: err}
 	}
 	if n.forward, err = listenServiceForward(u.Host); err != nil {
-		return &StartError{Step: "service forward", Err: err}
+		return &StartError{Step: "service forward", Err: serviceForwardError(err)}
 	}
 
 	cd, err := c.run(ComponentContainerd, "containerd", []string{"--config", p.containerdConf})
@@ -289,17 +385,17 @@ func (c *Cluster) Ctr(ctx context.Context, args ...string) (string, error) {
 // archive held the reference it was said to.
 func (c *Cluster) importImage(ctx context.Context, im NodeImage) error {
 	if _, err := os.Stat(im.Tarball); err != nil {
-		return fmt.Errorf("image %s: %w (the images are built by package images when lull dev starts with --real-node)", im.Ref, err)
+		return imageMissing(im, err)
 	}
-	if _, err := c.Ctr(ctx, "images", "import", im.Tarball); err != nil {
-		return fmt.Errorf("import %s: %w", im.Tarball, err)
+	if out, err := c.Ctr(ctx, "images", "import", im.Tarball); err != nil {
+		return importFailed(im, out, err, c.real.paths.containerdRoot)
 	}
 	list, err := c.Ctr(ctx, "images", "list", "--quiet")
 	if err != nil {
 		return err
 	}
 	if !strings.Contains("\n"+list, "\n"+im.Ref+"\n") {
-		return fmt.Errorf("import %s: the archive does not hold %s (it holds: %s)", im.Tarball, im.Ref, strings.Join(strings.Fields(list), ", "))
+		return imageNotInArchive(im, strings.Fields(list))
 	}
 	for _, a := range im.Aliases {
 		if _, err := c.Ctr(ctx, "images", "tag", "--force", im.Ref, a); err != nil {
@@ -307,6 +403,32 @@ func (c *Cluster) importImage(ctx context.Context, im NodeImage) error {
 		}
 	}
 	return nil
+}
+
+// rebuildImages is how the real node's tarballs are made again: lull dev
+// builds them from source into a new directory at every start.
+const rebuildImages = "start again: lull dev --real-node builds the images from source at every start (`make images` builds lull's own alone, to see a build's error)"
+
+// imageMissing: the tarball the node was given is not there.
+func imageMissing(im NodeImage, err error) error {
+	return fmt.Errorf("image %s: its tarball is missing (%w): %s", im.Ref, err, rebuildImages)
+}
+
+// importFailed explains a failed `ctr images import` from ctr's output:
+// a full disk under containerd's root is named with that root; anything
+// else (a truncated or corrupt archive) is fixed by building it again.
+func importFailed(im NodeImage, ctrOut string, err error, containerdRoot string) error {
+	msg := fmt.Sprintf("image %s: containerd did not import %s: %v", im.Ref, im.Tarball, err)
+	if strings.Contains(ctrOut, "no space left on device") {
+		return fmt.Errorf("%s; the file system of containerd's root %s is full: free space there (`df -h %s`), then start again", msg, containerdRoot, containerdRoot)
+	}
+	return fmt.Errorf("%s; the archive is built at start and may be truncated or corrupt: %s", msg, rebuildImages)
+}
+
+// imageNotInArchive: the tarball was imported but holds other references
+// than the one the node's pods use, e.g. built with another version.
+func imageNotInArchive(im NodeImage, held []string) error {
+	return fmt.Errorf("image %s: %s does not hold it (containerd holds: %s): it was built with another registry or version than the node runs; %s", im.Ref, im.Tarball, strings.Join(held, ", "), rebuildImages)
 }
 
 // stopRealNode removes everything the node wrote outside the state

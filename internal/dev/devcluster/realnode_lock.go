@@ -59,11 +59,15 @@ func (e *realNodeInUseError) Error() string {
 
 func (e *realNodeInUseError) Is(target error) bool { return target == ErrRealNodeInUse }
 
-// lockMachine takes the machine lock without blocking and records this
+// lockMachine takes the machine lock without blocking and, if accept
+// (nil: accept all) takes the previous holder's record, records this
 // process and stateDir in it. It returns the lock (held until closed or
 // this process exits) and the previous holder's record, empty if no real
-// node ever ran since boot.
-func lockMachine(stateDir string) (*os.File, machineHolder, error) {
+// node ever ran since boot. A record refused leaves the file as it was:
+// written, it would tell the next start that a lull real node ran, and
+// that start would take the foreign paths accept refused for leftovers
+// to remove.
+func lockMachine(stateDir string, accept func(prev machineHolder) error) (*os.File, machineHolder, error) {
 	f, err := os.OpenFile(machineLockPath, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, machineHolder{}, fmt.Errorf("open %s: %w (the real node needs root: run as root, or start without --real-node)", machineLockPath, err)
@@ -78,6 +82,12 @@ func lockMachine(stateDir string) (*os.File, machineHolder, error) {
 	if held {
 		f.Close()
 		return nil, machineHolder{}, &realNodeInUseError{holder: prev}
+	}
+	if accept != nil {
+		if err := accept(prev); err != nil {
+			f.Close()
+			return nil, prev, err
+		}
 	}
 	me := machineHolder{PID: fmt.Sprint(os.Getpid()), StateDir: stateDir}
 	if err := f.Truncate(0); err == nil {

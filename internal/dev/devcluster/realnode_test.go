@@ -99,14 +99,14 @@ func TestMachineLockRefusesASecondNodeNamingTheHolder(t *testing.T) {
 	machineLockPath = filepath.Join(t.TempDir(), "real-node.lock")
 	t.Cleanup(func() { machineLockPath = old })
 
-	first, prev, err := lockMachine("/tmp/state-a")
+	first, prev, err := lockMachine("/tmp/state-a", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if prev != (machineHolder{}) {
 		t.Errorf("first holder since boot sees a previous holder %+v", prev)
 	}
-	_, _, err = lockMachine("/tmp/state-b")
+	_, _, err = lockMachine("/tmp/state-b", nil)
 	if !errors.Is(err, ErrRealNodeInUse) {
 		t.Fatalf("second lock: %v, want ErrRealNodeInUse", err)
 	}
@@ -122,7 +122,7 @@ func TestMachineLockRefusesASecondNodeNamingTheHolder(t *testing.T) {
 	if err := CheckRealNodeFree(); err != nil {
 		t.Errorf("CheckRealNodeFree once released: %v", err)
 	}
-	second, prev, err := lockMachine("/tmp/state-b")
+	second, prev, err := lockMachine("/tmp/state-b", nil)
 	if err != nil {
 		t.Fatalf("lock after the first holder released it: %v", err)
 	}

@@ -220,11 +220,12 @@ func (d stateDir) finish(err error) error {
 		}
 		return nil
 	}
-	if errors.Is(err, devcluster.ErrRealNodeInUse) && d.temp {
+	refused := errors.Is(err, devcluster.ErrRealNodeInUse) || errors.Is(err, devcluster.ErrRealNodeRefused)
+	if refused && d.temp {
 		_ = os.RemoveAll(d.path) // refused before anything was written
 		return err
 	}
-	if _, serr := os.Stat(d.path); serr != nil || errors.Is(err, devcluster.ErrStateDirInUse) || errors.Is(err, devcluster.ErrRealNodeInUse) {
+	if _, serr := os.Stat(d.path); serr != nil || errors.Is(err, devcluster.ErrStateDirInUse) || refused {
 		return err // nothing of this run's to keep
 	}
 	return fmt.Errorf("%w\nlogs kept in %s", err, d.path)

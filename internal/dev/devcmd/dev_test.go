@@ -55,25 +55,30 @@ func TestValidateDemo(t *testing.T) {
 	}
 }
 
-// A run refused because the machine's real node is in use leaves no
+// A run refused because the machine's real node is in use, or because
+// the machine cannot run one (not root, packages missing, ...), leaves no
 // temporary state directory behind, and says nothing of logs kept; a
 // --state-dir the user gave is never removed.
 func TestRealNodeRefusalLeavesNoTemporaryStateDir(t *testing.T) {
-	refused := fmt.Errorf("start: %w", devcluster.ErrRealNodeInUse)
-	tmp, err := newStateDir("", "lull-dev-test-*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := tmp.finish(refused); strings.Contains(got.Error(), "logs kept") {
-		t.Errorf("refusal says %q", got)
-	}
-	if _, err := os.Stat(tmp.path); !os.IsNotExist(err) {
-		t.Errorf("temporary state dir %s left after the refusal: %v", tmp.path, err)
-		os.RemoveAll(tmp.path)
-	}
-	given := t.TempDir()
-	_ = stateDir{path: given}.finish(refused)
-	if _, err := os.Stat(given); err != nil {
-		t.Errorf("the user's --state-dir was removed: %v", err)
+	for _, refused := range []error{
+		fmt.Errorf("start: %w", devcluster.ErrRealNodeInUse),
+		fmt.Errorf("devcluster: the real node needs root: %w", devcluster.ErrRealNodeRefused),
+	} {
+		tmp, err := newStateDir("", "lull-dev-test-*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tmp.finish(refused); strings.Contains(got.Error(), "logs kept") {
+			t.Errorf("refusal says %q", got)
+		}
+		if _, err := os.Stat(tmp.path); !os.IsNotExist(err) {
+			t.Errorf("temporary state dir %s left after the refusal %q: %v", tmp.path, refused, err)
+			os.RemoveAll(tmp.path)
+		}
+		given := t.TempDir()
+		_ = stateDir{path: given}.finish(refused)
+		if _, err := os.Stat(given); err != nil {
+			t.Errorf("the user's --state-dir was removed after %q: %v", refused, err)
+		}
 	}
 }

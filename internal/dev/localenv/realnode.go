@@ -77,14 +77,23 @@ func moduleRoot(ctx context.Context) (string, error) {
 	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "lull.dev/lull").Output()
 	dir := strings.TrimSpace(string(out))
 	if err != nil || dir == "" {
-		var ee *exec.ExitError
-		msg := ""
-		if errors.As(err, &ee) {
-			msg = ": " + strings.TrimSpace(string(ee.Stderr))
-		}
-		return "", fmt.Errorf("the real node's images are built from lull's source with go: run lull dev --real-node inside the lull repository (go list -m lull.dev/lull failed%s)", msg)
+		return "", moduleRootError(err)
 	}
 	return dir, nil
+}
+
+// moduleRootError explains why lull's source was not found: go is not on
+// PATH (sudo resets it), or this is not run inside the lull repository.
+func moduleRootError(err error) error {
+	if errors.Is(err, exec.ErrNotFound) {
+		return fmt.Errorf("the real node's images are built from lull's source with go, which is not on PATH (%w; sudo resets PATH): run `%s`", err, devcluster.RealNodeAsRoot)
+	}
+	var ee *exec.ExitError
+	msg := ""
+	if errors.As(err, &ee) {
+		msg = ": " + strings.TrimSpace(string(ee.Stderr))
+	}
+	return fmt.Errorf("the real node's images are built from lull's source with go: run lull dev --real-node inside the lull repository (go list -m lull.dev/lull failed%s)", msg)
 }
 
 // journalMount is where a runtime on the real node finds the runner's
