@@ -38,7 +38,9 @@ func withholdOnRefusedImage(o Observed, a Action) Action {
 		return a
 	}
 	switch {
-	case a.Kind == DeletePod || a.Kind == HandOff:
+	case a.Kind == DeletePod || a.Kind == HandOff || (a.Kind == Wait && a.Replacement != nil && HandedOff(o.Pod)):
+		// A handed-off pod waiting for its evictor is held too: it is
+		// taken back under its budget (TakesBackHandOff).
 		return Action{Kind: Wait, Reason: lullv1.ReasonImageNotAllowed, Drain: a.Drain, Replacement: a.Replacement,
 			Message: fmt.Sprintf("%s; the committed replacement of pod %s (%s) is held, as its successor would run that image, until the catalog lists it or the StatefulSet holds one it lists (`lull catalog`)", o.ImageRefused, o.Pod.Name, a.Reason)}
 	case a.Kind != Commit && a.Kind != RequestDrain && (a.Kind != Wait || a.Drain == nil):

@@ -156,11 +156,13 @@ func decideNodeDrain(o Observed) (Action, bool) {
 			Message: fmt.Sprintf("%s; asked the runtime of pod %s to drain before it moves to another node (request %s, deadline %s)",
 				why, pod.Name, r.RequestID, deadline.UTC().Format(time.RFC3339))}, true
 	}
-	if cur.Node != node {
+	if cur.Node != node || cur.Deadline == nil {
 		// An outstanding request of another reason is reused: the runtime
 		// is already draining, and a second request would only restart
 		// it. The node drain's deadline bounds it too, told to the
-		// runtime on the same request ID.
+		// runtime on the same request ID. A request that names the node
+		// but lost its deadline (another writer of the status) gets it
+		// back.
 		cur = cur.DeepCopy()
 		cur.Node = node
 		if cur.Deadline == nil || deadline.Before(cur.Deadline) {
@@ -275,4 +277,36 @@ func HandOffLabel(c *lullv1.Replacement) string {
 		return c.RequestID
 	}
 	return strings.ToLower(string(c.Reason))
+}
+
+// HandedOff reports whether pod carries lull.dev/drained: the Eviction
+// API finds no budget of lull's over it.
+func HandedOff(pod *corev1.Pod) bool {
+	if pod == nil {
+		return false
+	}
+	_, ok := pod.Labels[lullv1.LabelDrained]
+	return ok
+}
+
+// TakesBackHandOff reports whether o's pod carries lull.dev/drained
+// while it must be under its budget, so the label must go: no
+// replacement of it is committed (another writer labelled a live pod, or
+// the commitment is gone), or the catalog refuses the image its
+// successor would run (rule 9: the replacement is held, and an evictor
+// must not finish it).
+func TakesBackHandOff(o Observed) bool {
+	if !HandedOff(o.Pod) {
+		return false
+	}
+	c := o.Session.Status.Replacement
+	return c == nil || c.PodUID != o.Pod.UID || o.ImageRefused != ""
+}
+
+// NodeDrainStep reports whether a rests on o's pod's node being
+// disrupted: a node drain's commitment, or the hand-off of a committed
+// pod to the node's drain. Such a step is confirmed on the Node as the API
+// server holds it (the cache may not show an uncordon yet).
+func NodeDrainStep(a Action) bool {
+	return a.HandOff || a.Kind == HandOff || (a.Kind == Commit && a.Drain != nil && a.Drain.Node != "")
 }

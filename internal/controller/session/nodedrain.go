@@ -302,3 +302,37 @@ func (r *Reconciler) budgetToSessions(ctx context.Context, o client.Object) []re
 	}
 	return reqs
 }
+
+// takeBack removes lull.dev/drained (and lull.dev/drained-at) from pod, in
+// one merge patch carrying its UID, so the session's budget covers it
+// again (rollout.TakesBackHandOff). A 404 or 409 (the pod gone, or
+// another pod of its name) is a no-op.
+func (r *Reconciler) takeBack(ctx context.Context, pod *corev1.Pod) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID,
+		"labels":      map[string]any{lullv1.LabelDrained: nil},
+		"annotations": map[string]any{lullv1.AnnotationDrainedAt: nil}}})
+	if err != nil {
+		return err
+	}
+	err = r.Client.Patch(ctx, pod.DeepCopy(), client.RawPatch(types.MergePatchType, patch), client.FieldOwner(lullv1.FieldManagerController))
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("take pod %s back under its budget: %w", pod.Name, err)
+	}
+	log.FromContext(ctx).Info("took the pod back under its budget: nothing of lull's hands it off", "pod", pod.Name, "uid", pod.UID)
+	return nil
+}
+
+// nodeStillDisrupted reads pod's Node from the API server and reports
+// whether it is still disrupted (rollout.NodeDisruption); a node gone is
+// not.
+func (r *Reconciler) nodeStillDisrupted(ctx context.Context, pod *corev1.Pod) (bool, error) {
+	node := &corev1.Node{}
+	switch err := r.reader().Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node); {
+	case apierrors.IsNotFound(err):
+		node = nil
+	case err != nil:
+		return false, err
+	}
+	_, disrupted := rollout.NodeDisruption(node, pod)
+	return disrupted, nil
+}

@@ -399,6 +399,27 @@ func (r *Reconciler) reconcileRolloutStep(ctx context.Context, sc *sessionScope)
 	if sc.stsHeld {
 		a = heldForRestore(o, a, sc.held)
 	}
+	if rollout.TakesBackHandOff(o) {
+		// A pod labelled lull.dev/drained that must stay under its
+		// budget: another writer's label, or a replacement the catalog
+		// holds. Taken back before anything else, so no evictor finishes
+		// what lull does not.
+		if err := r.takeBack(ctx, o.Pod); err != nil {
+			return phaseResult{}, err
+		}
+	}
+	if destructive(a) && rollout.NodeDrainStep(a) {
+		// The node's disruption is the one fact such a step rests on
+		// that neither the commitment nor the delete covers: judged on
+		// the Node as the API server holds it. Uncordoned since the
+		// cache showed it, the step is decided again.
+		if still, err := r.nodeStillDisrupted(ctx, o.Pod); err != nil {
+			return phaseResult{}, err
+		} else if !still {
+			log.FromContext(ctx).Info("node no longer disrupted on the API server; reconciling again", "node", o.Pod.Spec.NodeName, "step", a.Kind)
+			return end(retryStep, nil)
+		}
+	}
 	if destructive(a) {
 		// Every destructive step is judged on the StatefulSet as the API
 		// server holds it: the StatefulSet controller creates the pod's
