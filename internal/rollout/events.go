@@ -122,23 +122,15 @@ func Events(o Observed, next lullv1.SessionStatus, a Action) []Event {
 func StepEvent(o Observed, a Action) (e Event, ok bool) {
 	e = Event{Type: corev1.EventTypeNormal, Reason: a.Reason, Note: a.Message, Related: o.Pod}
 	switch a.Kind {
-	case DeletePod:
-		e.Action = "DeletePod"
+	case DeletePod, HandOff:
+		// A hand-off gives the pod to its node's drain, which deletes
+		// it: it is the Event of the replacement as a delete is.
+		e.Action = string(a.Kind)
 		switch a.Reason {
 		case lullv1.ReasonForced:
 			e.Type, e.Note = corev1.EventTypeWarning, a.Message+forcedBy(o)
 		case lullv1.ReasonReplaced, lullv1.ReasonDrainDeadlineExceeded:
 			// Turns may have been cut short: say so where operators look.
-			e.Type = corev1.EventTypeWarning
-		}
-	case HandOff:
-		// The pod is handed to its node's drain, which deletes it: this
-		// is the Event of its replacement.
-		e.Action = "HandOff"
-		switch a.Reason {
-		case lullv1.ReasonForced:
-			e.Type, e.Note = corev1.EventTypeWarning, a.Message+forcedBy(o)
-		case lullv1.ReasonReplaced, lullv1.ReasonDrainDeadlineExceeded:
 			e.Type = corev1.EventTypeWarning
 		}
 	case SuspendSession:
