@@ -59,7 +59,7 @@ func pods(t *testing.T, ns string) []corev1.Pod {
 // kubelet, with its client certificate) serves both containers' output.
 func TestRealNodeRollout(t *testing.T) {
 	requireNode(t)
-	const ns, n = "real-rollout", 6
+	const ns, n = "real-rollout", 12
 	names, before := realNodeSessions(t, ns, n)
 	old := map[types.UID]bool{}
 	oldUIDs := map[string]string{}
@@ -251,7 +251,7 @@ func containerMounts(t *testing.T, uid types.UID) map[string][]string {
 // the same verdict of the auditor.
 func TestKWOKRolloutBesideTheRealNodeInterruptsNoTurn(t *testing.T) {
 	requireNode(t) // the tier's environment
-	const ns, n = "kwok-rollout", 6
+	const ns, n = "kwok-rollout", 12
 	tmpl := scenario.Template(ns, "rt", "example.com/lull/turnrunner:v1", "--turn-min=500ms", "--turn-max=3s", "--think-max=500ms")
 	tmpl.Spec.Agent = &lullv1.AgentSpec{}
 	names, err := scenario.Launch(t.Context(), c, tmpl, "s", n)

@@ -1,5 +1,5 @@
-// The gauges of the fleet: lull_sessions, lull_drains_in_progress and the
-// rollout progress of each template, counted from the manager's cache at
+// The gauges of the fleet: lull_sessions, lull_drains_in_progress,
+// lull_node_drains_in_progress and the rollout progress of each template, counted from the manager's cache at
 // each scrape rather than kept up to date on every reconcile: a scrape
 // walks the cached sessions once, a reconcile pays nothing, and the gauges
 // never drift from what the cache holds.
@@ -43,17 +43,19 @@ func LifecycleState(s *lullv1.Session) string {
 
 // The help texts of the fleet gauges.
 const (
-	sessionsHelp = "Sessions by namespace, template, template revision their pod runs (status.templateRevision; empty while they have no pod), phase (status.phase; Unknown before the controller first wrote it) and lifecycle state (Suspended, Draining, Active, Idle, NotReporting, Unknown)."
-	drainsHelp   = "Sessions with a drain request outstanding (status.drain), by namespace, template and drain reason (Update, Idle, Lifetime, Manual); 0 for each reason of each cached template."
-	currentHelp  = "Sessions of a template that run its current revision and are up to date (SessionTemplate status.current), by namespace and template."
-	staleHelp    = "Sessions of a template, not suspended, that do not yet run its current revision (SessionTemplate status.stale), by namespace and template."
+	sessionsHelp   = "Sessions by namespace, template, template revision their pod runs (status.templateRevision; empty while they have no pod), phase (status.phase; Unknown before the controller first wrote it) and lifecycle state (Suspended, Draining, Active, Idle, NotReporting, Unknown)."
+	drainsHelp     = "Sessions with a drain request outstanding (status.drain), by namespace, template and drain reason (Update, Idle, Lifetime, Manual, NodeDrain); 0 for each reason of each cached template."
+	nodeDrainsHelp = "Sessions with a drain request outstanding because their pod's node is being drained (status.drain.node: a NodeDrain request, or a request of another reason the node drain reuses), by node; a node appears while at least one of its sessions drains."
+	currentHelp    = "Sessions of a template that run its current revision and are up to date (SessionTemplate status.current), by namespace and template."
+	staleHelp      = "Sessions of a template, not suspended, that do not yet run its current revision (SessionTemplate status.stale), by namespace and template."
 )
 
 var (
-	sessionsDesc = prometheus.NewDesc("lull_sessions", sessionsHelp, []string{"namespace", "template", "revision", "phase", "state"}, nil)
-	drainsDesc   = prometheus.NewDesc("lull_drains_in_progress", drainsHelp, []string{"namespace", "template", "reason"}, nil)
-	currentDesc  = prometheus.NewDesc("lull_template_sessions_current", currentHelp, []string{"namespace", "template"}, nil)
-	staleDesc    = prometheus.NewDesc("lull_template_sessions_stale", staleHelp, []string{"namespace", "template"}, nil)
+	sessionsDesc   = prometheus.NewDesc("lull_sessions", sessionsHelp, []string{"namespace", "template", "revision", "phase", "state"}, nil)
+	drainsDesc     = prometheus.NewDesc("lull_drains_in_progress", drainsHelp, []string{"namespace", "template", "reason"}, nil)
+	currentDesc    = prometheus.NewDesc("lull_template_sessions_current", currentHelp, []string{"namespace", "template"}, nil)
+	staleDesc      = prometheus.NewDesc("lull_template_sessions_stale", staleHelp, []string{"namespace", "template"}, nil)
+	nodeDrainsDesc = prometheus.NewDesc("lull_node_drains_in_progress", nodeDrainsHelp, []string{"node"}, nil)
 )
 
 // drainReasons are the values of lull_drains_in_progress's reason label.
@@ -83,6 +85,9 @@ type FleetCounts struct {
 	Sessions map[sessionKey]int
 	Drains   map[drainKey]int
 	Progress map[templateKey]progress
+	// NodeDrains counts the sessions draining for each node being
+	// drained (status.drain.node).
+	NodeDrains map[string]int
 }
 
 // CountFleet counts sessions for the fleet gauges. Every template listed
@@ -91,7 +96,7 @@ type FleetCounts struct {
 // listed (deleted, or not cached yet) counts in lull_sessions and
 // lull_drains_in_progress only: it has no current revision to be judged by.
 func CountFleet(templates []lullv1.SessionTemplate, sessions []lullv1.Session) FleetCounts {
-	fc := FleetCounts{Sessions: map[sessionKey]int{}, Drains: map[drainKey]int{}, Progress: map[templateKey]progress{}}
+	fc := FleetCounts{Sessions: map[sessionKey]int{}, Drains: map[drainKey]int{}, Progress: map[templateKey]progress{}, NodeDrains: map[string]int{}}
 	revisions := make(map[templateKey]string, len(templates))
 	for i := range templates {
 		t := &templates[i]
@@ -112,6 +117,9 @@ func CountFleet(templates []lullv1.SessionTemplate, sessions []lullv1.Session) F
 		fc.Sessions[sessionKey{k, s.Status.TemplateRevision, phase, LifecycleState(s)}]++
 		if d := s.Status.Drain; d != nil {
 			fc.Drains[drainKey{k, d.Reason}]++
+			if d.Node != "" {
+				fc.NodeDrains[d.Node]++
+			}
 		}
 		revision, ok := revisions[k]
 		if !ok || s.Spec.Suspend { // as Summarize: a suspended session is neither
@@ -155,6 +163,7 @@ func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- drainsDesc
 	ch <- currentDesc
 	ch <- staleDesc
+	ch <- nodeDrainsDesc
 }
 
 func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
@@ -193,5 +202,8 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	for k, p := range fc.Progress {
 		ch <- prometheus.MustNewConstMetric(currentDesc, prometheus.GaugeValue, float64(p.current), k.namespace, k.template)
 		ch <- prometheus.MustNewConstMetric(staleDesc, prometheus.GaugeValue, float64(p.stale), k.namespace, k.template)
+	}
+	for node, n := range fc.NodeDrains {
+		ch <- prometheus.MustNewConstMetric(nodeDrainsDesc, prometheus.GaugeValue, float64(n), node)
 	}
 }

@@ -55,6 +55,17 @@ func TestFleetGauges(t *testing.T) {
 			s.Status = lullv1.SessionStatus{Phase: lullv1.SessionSuspended}
 		}),
 		session("new", "agent", func(s *lullv1.Session) {}),
+		// Two sessions draining for node n1: one for the node alone, one
+		// whose update drain the node drain reuses (counted once, under
+		// its own reason).
+		session("moving", "agent", func(s *lullv1.Session) {
+			s.Status = lullv1.SessionStatus{Phase: lullv1.SessionDraining, TemplateRevision: rev,
+				Conditions: []metav1.Condition{upToDate(metav1.ConditionTrue)}, Drain: &lullv1.DrainRequest{RequestID: "n", Reason: lullv1.DrainReasonNodeDrain, Node: "n1"}}
+		}),
+		session("reused", "agent", func(s *lullv1.Session) {
+			s.Status = lullv1.SessionStatus{Phase: lullv1.SessionDraining, TemplateRevision: "old",
+				Conditions: []metav1.Condition{upToDate(metav1.ConditionFalse)}, Drain: &lullv1.DrainRequest{RequestID: "u", Reason: lullv1.DrainReasonUpdate, Node: "n1"}}
+		}),
 		session("orphan", "gone", func(s *lullv1.Session) {
 			s.Status = lullv1.SessionStatus{Phase: lullv1.SessionDraining, TemplateRevision: "r1", Drain: &lullv1.DrainRequest{RequestID: "y", Reason: lullv1.DrainReasonManual}}
 		}),
@@ -76,18 +87,19 @@ func TestFleetGauges(t *testing.T) {
 # HELP lull_sessions %[1]s
 # TYPE lull_sessions gauge
 lull_sessions{namespace="ns",phase="Running",revision=%[2]q,state="Active",template="agent"} 1
-lull_sessions{namespace="ns",phase="Draining",revision="old",state="Draining",template="agent"} 1
+lull_sessions{namespace="ns",phase="Draining",revision="old",state="Draining",template="agent"} 2
+lull_sessions{namespace="ns",phase="Draining",revision=%[2]q,state="Draining",template="agent"} 1
 lull_sessions{namespace="ns",phase="Running",revision="old",state="Unknown",template="agent"} 1
 lull_sessions{namespace="ns",phase="Suspended",revision="",state="Suspended",template="agent"} 1
 lull_sessions{namespace="ns",phase="Unknown",revision="",state="Unknown",template="agent"} 1
 lull_sessions{namespace="ns",phase="Draining",revision="r1",state="Draining",template="gone"} 1
 # HELP lull_drains_in_progress %[3]s
 # TYPE lull_drains_in_progress gauge
-lull_drains_in_progress{namespace="ns",reason="Update",template="agent"} 1
+lull_drains_in_progress{namespace="ns",reason="Update",template="agent"} 2
 lull_drains_in_progress{namespace="ns",reason="Idle",template="agent"} 0
 lull_drains_in_progress{namespace="ns",reason="Lifetime",template="agent"} 0
 lull_drains_in_progress{namespace="ns",reason="Manual",template="agent"} 0
-lull_drains_in_progress{namespace="ns",reason="NodeDrain",template="agent"} 0
+lull_drains_in_progress{namespace="ns",reason="NodeDrain",template="agent"} 1
 lull_drains_in_progress{namespace="ns",reason="Manual",template="gone"} 1
 lull_drains_in_progress{namespace="other",reason="Update",template="quiet"} 0
 lull_drains_in_progress{namespace="other",reason="Idle",template="quiet"} 0
@@ -96,13 +108,16 @@ lull_drains_in_progress{namespace="other",reason="Manual",template="quiet"} 0
 lull_drains_in_progress{namespace="other",reason="NodeDrain",template="quiet"} 0
 # HELP lull_template_sessions_current %[4]s
 # TYPE lull_template_sessions_current gauge
-lull_template_sessions_current{namespace="ns",template="agent"} 1
+lull_template_sessions_current{namespace="ns",template="agent"} 2
 lull_template_sessions_current{namespace="other",template="quiet"} 0
 # HELP lull_template_sessions_stale %[5]s
 # TYPE lull_template_sessions_stale gauge
-lull_template_sessions_stale{namespace="ns",template="agent"} 3
+lull_template_sessions_stale{namespace="ns",template="agent"} 4
+# HELP lull_node_drains_in_progress %[6]s
+# TYPE lull_node_drains_in_progress gauge
+lull_node_drains_in_progress{node="n1"} 2
 lull_template_sessions_stale{namespace="other",template="quiet"} 0
-`, sessionsHelp, rev, drainsHelp, currentHelp, staleHelp)
+`, sessionsHelp, rev, drainsHelp, currentHelp, staleHelp, nodeDrainsHelp)
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Error(err)
 	}
