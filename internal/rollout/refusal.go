@@ -268,8 +268,9 @@ func overLimit(msg string) string {
 	for _, k := range slices.Sorted(maps.Keys(requested)) {
 		if !templateAmount(k) {
 			// Every revision's pod or claim counts one: a count's limit is
-			// the namespace's policy (a quota of 0 pods or claims closes
-			// it), not something a template asks too much of.
+			// the namespace's policy (an unscoped quota of 0 pods or
+			// claims closes it; a scoped one is judged by its scope), not
+			// something a template asks too much of.
 			continue
 		}
 		if l, ok := limited[k]; ok {
