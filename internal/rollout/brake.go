@@ -42,9 +42,11 @@ var notTheRevisions = map[string]bool{
 	// pod was taken away, and the template's FilesReady condition names
 	// the cause.
 	lullv1.ReasonFilesNotReady: true,
-	// A ResourceQuota of the namespace refuses its pod, or an object lull
-	// makes for it: the namespace's capacity, which any revision meets
-	// alike.
+	// An unscoped ResourceQuota of the namespace refuses its pod, or an
+	// object lull makes for it: the namespace's capacity, which any
+	// revision meets alike. A scoped quota's refusal of a pod is
+	// PodCreateRefused (PodCreateRefusal): the revision puts its pod in
+	// the scope.
 	lullv1.ReasonPodQuotaExceeded: true,
 	lullv1.ReasonQuotaExceeded:    true,
 	// An admission webhook the API server could not call: its outage,

@@ -60,6 +60,13 @@ func TestBrakeIgnoresASessionWhosePodAnUnreachableWebhookCannotAdmit(t *testing.
 // when her status still names a pod or a revision.
 func refusedSince(t *testing.T, began time.Time, message string, conditions []metav1.Condition, judge func(r *Refusal)) *lullv1.Session {
 	t.Helper()
+	return refusedSinceAmong(t, began, message, conditions, nil, judge)
+}
+
+// refusedSinceAmong is refusedSince in a namespace whose ResourceQuotas
+// are quotas.
+func refusedSinceAmong(t *testing.T, began time.Time, message string, conditions []metav1.Condition, quotas []corev1.ResourceQuota, judge func(r *Refusal)) *lullv1.Session {
+	t.Helper()
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice", UID: "sts-1"},
 		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1)}}
 	refused := corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alice.1", CreationTimestamp: metav1.NewTime(began)},
@@ -70,7 +77,7 @@ func refusedSince(t *testing.T, began time.Time, message string, conditions []me
 	s.Status.Conditions = conditions
 	for _, at := range []time.Time{began, now.Add(-time.Second)} {
 		refused.LastTimestamp = metav1.NewTime(at)
-		o := Observed{Now: at, Session: s, StatefulSet: sts}
+		o := Observed{Now: at, Session: s, StatefulSet: sts, Quotas: quotas}
 		r := PodCreateRefusal(o, []corev1.Event{refused}, "agent")
 		judge(r)
 		st, _ := BlockedStatus(o, r.Reason, r.Message)

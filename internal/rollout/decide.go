@@ -63,6 +63,10 @@ type Observed struct {
 	// <image>: <why>"): no replacement that the StatefulSet controller
 	// would create from it is started (withholdOnRefusedImage).
 	ImageRefused string
+	// Quotas are the ResourceQuotas of the session's namespace, as the
+	// cache holds them; read only to judge a refusal of the session's pod
+	// (PodCreateRefusal), whose quota's scope says whose refusal it is.
+	Quotas []corev1.ResourceQuota
 	// Node is the node the pod runs on (its spec.nodeName) as the cache
 	// holds it; nil when it is not known (not scheduled, not cached): not
 	// disrupted, as far as lull can tell (NodeDisruption).

@@ -33,11 +33,12 @@ const statusLag = 30 * time.Second
 // controller would create for a session, as the StatefulSet controller's
 // FailedCreate Event on the session's StatefulSet quotes it.
 type Refusal struct {
-	// Reason is lullv1.ReasonPodQuotaExceeded (a ResourceQuota without room
-	// for it refused it), lullv1.ReasonAdmissionUnavailable (the API
+	// Reason is lullv1.ReasonPodQuotaExceeded (an unscoped ResourceQuota
+	// without room for it refused it), lullv1.ReasonAdmissionUnavailable (the API
 	// server could not call an admission webhook) or
-	// lullv1.ReasonPodCreateRefused (anything else, a pod that asks more
-	// than a quota allows in all among them).
+	// lullv1.ReasonPodCreateRefused (anything else, among them a pod that
+	// asks more than a quota allows in all, and a scoped quota's refusal:
+	// the pod's spec puts it in the scope).
 	Reason string
 	// Message names the object, quotes the API server and says the fix.
 	Message string
@@ -100,8 +101,21 @@ func PodCreateRefusal(o Observed, events []corev1.Event, template string) *Refus
 			fix = fmt.Sprintf("the pod alone asks more %s than ResourceQuota %s allows in all: lower SessionTemplate %s's requests, or raise the quota", over, cmpOr(r.Quota, "(named above)"), template)
 			break
 		}
+		scoped, known := quotaScoped(o.Quotas, r.Quota)
+		if scoped {
+			// Only the pods in the quota's scope count, and the pod's
+			// spec (its priority class, activeDeadlineSeconds, requests,
+			// cross-namespace affinity) puts it there: a revision that
+			// left the scope would be admitted. The revision's refusal:
+			// PodCreateRefused.
+			fix = fmt.Sprintf("ResourceQuota %s is scoped (%s) and SessionTemplate %s's pod falls in its scope: change the template so its pod leaves the scope, or raise the quota", r.Quota, scopeOf(quotaNamed(o.Quotas, r.Quota)), template)
+			break
+		}
 		r.Reason = lullv1.ReasonPodQuotaExceeded
 		fix = fmt.Sprintf("raise ResourceQuota %s of namespace %s, or free what it counts; lull asks for the pod again as soon as the quota has room", cmpOr(r.Quota, "(named above)"), sts.Namespace)
+		if !known && r.Quota != "" {
+			fix += fmt.Sprintf(" (ResourceQuota %s could not be read: taken as unscoped, the namespace's policy)", r.Quota)
+		}
 	case strings.Contains(msg, "failed calling webhook") && webhookUnreachable(msg):
 		// The API server could not reach a webhook it must call: the
 		// webhook's outage, which any revision's pod meets alike.
@@ -124,6 +138,52 @@ func PodCreateRefusal(o Observed, events []corev1.Event, template string) *Refus
 	}
 	r.Message = fmt.Sprintf("the StatefulSet controller cannot create the pod (or its claim) of StatefulSet %s: %s; %s", sts.Name, last.Message, fix)
 	return r
+}
+
+// quotaScoped reports whether the ResourceQuota name among quotas is
+// scoped (spec.scopes or spec.scopeSelector), and whether it is among
+// them at all. A quota lull cannot read (gone since it refused, not
+// cached, not allowed) is taken as unscoped, as a count quota is the
+// namespace's policy: the brake then keeps moving sessions as it did
+// before scopes were told apart, rather than stopping every template of a
+// namespace on a guess; the message says the quota was not read.
+func quotaScoped(quotas []corev1.ResourceQuota, name string) (scoped, known bool) {
+	q := quotaNamed(quotas, name)
+	if q == nil {
+		return false, false
+	}
+	return len(q.Spec.Scopes) > 0 || (q.Spec.ScopeSelector != nil && len(q.Spec.ScopeSelector.MatchExpressions) > 0), true
+}
+
+func quotaNamed(quotas []corev1.ResourceQuota, name string) *corev1.ResourceQuota {
+	if name == "" {
+		return nil
+	}
+	for i := range quotas {
+		if quotas[i].Name == name {
+			return &quotas[i]
+		}
+	}
+	return nil
+}
+
+// scopeOf describes a scoped quota's scope: its scopes and its
+// scopeSelector's expressions ("PriorityClass In [high]").
+func scopeOf(q *corev1.ResourceQuota) string {
+	var parts []string
+	for _, sc := range q.Spec.Scopes {
+		parts = append(parts, string(sc))
+	}
+	if q.Spec.ScopeSelector != nil {
+		for _, e := range q.Spec.ScopeSelector.MatchExpressions {
+			p := fmt.Sprintf("%s %s", e.ScopeName, e.Operator)
+			if len(e.Values) > 0 {
+				p += fmt.Sprintf(" [%s]", strings.Join(e.Values, " "))
+			}
+			parts = append(parts, p)
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // namesAPod reports whether the session's Ready condition c was written
@@ -208,8 +268,9 @@ func overLimit(msg string) string {
 	for _, k := range slices.Sorted(maps.Keys(requested)) {
 		if !templateAmount(k) {
 			// Every revision's pod or claim counts one: a count's limit is
-			// the namespace's policy (a quota of 0 pods or claims closes
-			// it), not something a template asks too much of.
+			// the namespace's policy (an unscoped quota of 0 pods or
+			// claims closes it; a scoped one is judged by its scope), not
+			// something a template asks too much of.
 			continue
 		}
 		if l, ok := limited[k]; ok {

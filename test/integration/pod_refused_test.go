@@ -22,10 +22,13 @@ import (
 )
 
 // A session whose pod the API server refuses to the StatefulSet controller
-// (a ResourceQuota of 0 pods) is named on the session from the
-// controller's FailedCreate Event, through the manager's field-selected
-// Event cache: PodQuotaExceeded quoting the API server's own refusal and
-// naming the quota, with a Warning Event. Raising the quota makes lull ask
+// (a ResourceQuota of 0 pods of a PriorityClass the template's pod asks
+// for) is named on the session from the controller's FailedCreate Event,
+// through the manager's field-selected Event cache: PodCreateRefused (the
+// quota is scoped, and the revision's pod spec puts the pod in its scope:
+// the revision's refusal, which the brake counts), quoting the API
+// server's own refusal and naming the quota and its scope, with a Warning
+// Event; the quota is read from the manager's cache. Raising the quota makes lull ask
 // the StatefulSet controller again within seconds (an update of the
 // StatefulSet, which the StatefulSet controller syncs at once), and the
 // pod, created then, clears the condition.
@@ -33,9 +36,11 @@ import (
 // With no kube-controller-manager in envtest, the test plays the
 // StatefulSet controller (it creates the pod only on the StatefulSet's
 // creation and on its updates, as if its own backoff were endless) and the
-// quota controller (it writes the quota's status). The quota is scoped to
-// a PriorityClass only this test's pod uses, so the tests running beside
-// it in the manager's namespace are not refused.
+// quota controller (it writes the quota's status). The quota's scope, a
+// PriorityClass only this test's pod uses, also keeps the tests running
+// beside it in the manager's namespace from being refused (an unscoped
+// quota's PodQuotaExceeded is the e2e suite's
+// TestPodRefusedByQuotaIsNamedAndRecovers).
 func TestPodRefusedByAQuotaIsNamedAndAskedAgainWhenRaised(t *testing.T) {
 	t.Parallel()
 	ns := startManager(t)
@@ -85,31 +90,32 @@ func TestPodRefusedByAQuotaIsNamedAndAskedAgainWhenRaised(t *testing.T) {
 	})
 	recordFailedCreate(t, sts, refused)
 
-	eventually(t, 15*time.Second, "the session says PodQuotaExceeded, quoting the API server", func(ctx context.Context) error {
+	eventually(t, 15*time.Second, "the session says PodCreateRefused, quoting the API server and naming the scope", func(ctx context.Context) error {
 		got, err := getSession(ctx, ns, s.Name)
 		if err != nil {
 			return err
 		}
 		for _, typ := range []string{lullv1.ConditionReady, lullv1.ConditionUpToDate} {
 			c := meta.FindStatusCondition(got.Status.Conditions, typ)
-			if c == nil || c.Reason != lullv1.ReasonPodQuotaExceeded || !strings.Contains(c.Message, refused.Error()) || !strings.Contains(c.Message, "raise ResourceQuota "+quota.Name) {
+			if c == nil || c.Reason != lullv1.ReasonPodCreateRefused || !strings.Contains(c.Message, refused.Error()) ||
+				!strings.Contains(c.Message, "ResourceQuota "+quota.Name+" is scoped (PriorityClass In ["+class.Name+"])") {
 				return fmt.Errorf("%s = %+v", typ, c)
 			}
 		}
 		return nil
 	})
-	eventually(t, 10*time.Second, "a Warning Event PodQuotaExceeded on the session", func(ctx context.Context) error {
+	eventually(t, 10*time.Second, "a Warning Event PodCreateRefused on the session", func(ctx context.Context) error {
 		var list eventsv1.EventList
 		if err := admin.List(ctx, &list, client.InNamespace(ns)); err != nil {
 			return err
 		}
 		for _, e := range list.Items {
-			if e.Regarding.Kind == "Session" && e.Regarding.Name == s.Name && e.Reason == lullv1.ReasonPodQuotaExceeded && e.Type == corev1.EventTypeWarning &&
+			if e.Regarding.Kind == "Session" && e.Regarding.Name == s.Name && e.Reason == lullv1.ReasonPodCreateRefused && e.Type == corev1.EventTypeWarning &&
 				strings.Contains(e.Note, quota.Name) {
 				return nil
 			}
 		}
-		return fmt.Errorf("no PodQuotaExceeded Event among %d", len(list.Items))
+		return fmt.Errorf("no PodCreateRefused Event among %d", len(list.Items))
 	})
 
 	// Raise the quota (and count it, as the quota controller would): lull
@@ -150,7 +156,7 @@ func TestPodRefusedByAQuotaIsNamedAndAskedAgainWhenRaised(t *testing.T) {
 			return err
 		}
 		for _, c := range got.Status.Conditions {
-			if c.Reason == lullv1.ReasonPodQuotaExceeded {
+			if c.Reason == lullv1.ReasonPodCreateRefused {
 				return fmt.Errorf("%s still %s", c.Type, c.Reason)
 			}
 		}

@@ -41,9 +41,10 @@ var FailedCreateEvents = fields.AndSelectors(
 // its name).
 const IndexInvolvedUID = "involvedObject.uid"
 
-// IndexQuotaRefused indexes Sessions by whether a ResourceQuota refuses
-// their pod (UpToDate reason PodQuotaExceeded; value "true"), so a change
-// of a namespace's quotas finds the sessions it may release.
+// IndexQuotaRefused indexes Sessions by whether a ResourceQuota may refuse
+// their pod (UpToDate reason PodQuotaExceeded, or PodCreateRefused, which
+// a scoped quota's refusal is; value "true"), so a change of a namespace's
+// quotas finds the sessions it may release.
 const IndexQuotaRefused = "status.podQuotaExceeded"
 
 func involvedUID(o client.Object) []string {
@@ -51,7 +52,8 @@ func involvedUID(o client.Object) []string {
 }
 
 func quotaRefused(o client.Object) []string {
-	if hasConditionReason(o.(*lullv1.Session), lullv1.ConditionUpToDate, lullv1.ReasonPodQuotaExceeded) {
+	if s := o.(*lullv1.Session); hasConditionReason(s, lullv1.ConditionUpToDate, lullv1.ReasonPodQuotaExceeded) ||
+		hasConditionReason(s, lullv1.ConditionUpToDate, lullv1.ReasonPodCreateRefused) {
 		return []string{"true"}
 	}
 	return nil
@@ -66,6 +68,17 @@ func (r *Reconciler) createRefusal(ctx context.Context, o rollout.Observed, t *l
 	var events corev1.EventList
 	if err := r.Client.List(ctx, &events, client.InNamespace(o.StatefulSet.Namespace), client.MatchingFields{IndexInvolvedUID: string(o.StatefulSet.UID)}); err != nil {
 		return nil, err
+	}
+	if len(events.Items) > 0 {
+		// Whether the refusing quota is scoped says whose refusal it is
+		// (rollout.PodCreateRefusal). ResourceQuotas are few and already
+		// cached (quotaToSessions watches them). One that cannot be listed
+		// is taken as unscoped, as the refusal's message then says.
+		var quotas corev1.ResourceQuotaList
+		if err := r.Client.List(ctx, &quotas, client.InNamespace(o.StatefulSet.Namespace)); err != nil {
+			log.FromContext(ctx).Info("ResourceQuotas not read: a quota's refusal is taken as unscoped", "error", err.Error())
+		}
+		o.Quotas = quotas.Items
 	}
 	return rollout.PodCreateRefusal(o, events.Items, t.Name), nil
 }

@@ -165,3 +165,45 @@ func TestRefusalOfAnotherStatefulSetIsNotTheSessions(t *testing.T) {
 		t.Errorf("Ready = %+v: another StatefulSet's refusal", c)
 	}
 }
+
+// A ResourceQuota that refuses the pod and is scoped (here: the
+// PriorityClass "high", which the template's pod asks for) refuses it for
+// the revision's sake: whether the pod counts at all is the pod's spec.
+// The session is PodCreateRefused, which the brake counts, with the scope
+// and the template's fix named; and it is still among the sessions a
+// change of the namespace's quotas wakes, so a raised quota is met at once.
+func TestPodRefusedByAScopedQuotaIsTheRevisions(t *testing.T) {
+	w, _, quota := refusedWorld(t)
+	ctx := context.Background()
+	quota.Spec.ScopeSelector = &corev1.ScopeSelector{MatchExpressions: []corev1.ScopedResourceSelectorRequirement{{
+		ScopeName: corev1.ResourceQuotaScopePriorityClass, Operator: corev1.ScopeSelectorOpIn, Values: []string{"high"}}}}
+	if err := w.c.Update(ctx, quota); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []string{lullv1.ConditionReady, lullv1.ConditionUpToDate} {
+		c := meta.FindStatusCondition(w.session().Status.Conditions, typ)
+		if c == nil || c.Reason != lullv1.ReasonPodCreateRefused || !strings.Contains(c.Message, "exceeded quota: pods") ||
+			!strings.Contains(c.Message, "PriorityClass In [high]") || !strings.Contains(c.Message, "change the template") {
+			t.Fatalf("%s = %+v, want %s naming the quota's scope and the template's fix", typ, c, lullv1.ReasonPodCreateRefused)
+		}
+	}
+	if reqs := w.r.quotaToSessions(ctx, quota); len(reqs) != 1 || reqs[0].NamespacedName != w.key {
+		t.Errorf("a change of the scoped quota wakes %v, want the session it refuses", reqs)
+	}
+}
+
+// The same quota unscoped is the namespace's policy: PodQuotaExceeded,
+// which the brake does not count, and nothing said of a quota not read.
+func TestPodRefusedByAnUnscopedQuotaIsTheNamespaces(t *testing.T) {
+	w, _, _ := refusedWorld(t)
+	if _, err := w.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	c := meta.FindStatusCondition(w.session().Status.Conditions, lullv1.ConditionUpToDate)
+	if c == nil || c.Reason != lullv1.ReasonPodQuotaExceeded || strings.Contains(c.Message, "could not be read") {
+		t.Fatalf("UpToDate = %+v, want %s from the quota read", c, lullv1.ReasonPodQuotaExceeded)
+	}
+}
