@@ -23,6 +23,14 @@ const (
 	// ReasonPodNotReady (False): the pod has not failed but is not yet (or
 	// no longer) running and ready; the message gives its phase.
 	ReasonPodNotReady = "PodNotReady"
+	// ReasonNodeLost (False): the node the pod is bound to can no longer
+	// answer for it: its Ready condition is False or Unknown (a crashed
+	// machine, a partition, a spot reclaim), or the Node is deleted. The
+	// message names the pod, the node, its state and since when, and the
+	// manual step: lull never force-deletes the pod, for a StatefulSet
+	// keeps at most one pod of a name only as long as nobody does while
+	// the machine may still run it (docs/operations.md, "A node lost").
+	ReasonNodeLost = "NodeLost"
 	// ReasonClaimPending (False): the session's pod waits for a
 	// PersistentVolumeClaim.
 	ReasonClaimPending = "ClaimPending"

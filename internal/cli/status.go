@@ -101,7 +101,7 @@ func printStatus(ctx context.Context, out io.Writer, c client.Client, ns string,
 		tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "  SESSION\tPHASE\tREVISION\tUP-TO-DATE\tREASON\tRUNTIME\tTURNS\tDRAIN REQUEST")
 		list := sessionsOf(sessions.Items, t.Name)
-		var blocked []string
+		var blocked, lost []string
 		for _, s := range list {
 			upToDate, reason := "-", "-"
 			if c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionUpToDate); c != nil {
@@ -110,6 +110,12 @@ func printStatus(ctx context.Context, out io.Writer, c client.Client, ns string,
 					reason = "BLOCKED: " + c.Reason
 					blocked = append(blocked, fmt.Sprintf("  %s: %s\n", s.Name, c.Message))
 				}
+			}
+			if c := meta.FindStatusCondition(s.Status.Conditions, lullv1.ConditionReady); c != nil && c.Reason == lullv1.ReasonNodeLost {
+				// The node and its state are in the condition's words;
+				// the manual step too (lull never force-deletes the pod).
+				reason = "NODE LOST, " + reason
+				lost = append(lost, fmt.Sprintf("  %s: %s\n", s.Name, c.Message))
 			}
 			runtimeState, turns := "-", "-"
 			if r := s.Status.Runtime; r != nil && r.PodUID == s.Status.PodUID {
@@ -129,6 +135,12 @@ func printStatus(ctx context.Context, out io.Writer, c client.Client, ns string,
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		if len(lost) > 0 {
+			fmt.Fprintf(out, "  sessions on a lost node (lull never force-deletes their pods; see the manual step):\n")
+			for _, l := range lost {
+				fmt.Fprint(out, l)
+			}
 		}
 		if len(blocked) > 0 {
 			fmt.Fprintf(out, "  blocked sessions (lull will not act on these until someone does):\n")

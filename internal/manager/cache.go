@@ -85,8 +85,10 @@ var containerStatusesOwned = []byte(`{"f:status":{"f:containerStatuses":{}}}`)
 //     reads the runtime container's image, the files sweeper the ConfigMap
 //     references); status whole;
 //   - Nodes: spec.unschedulable and spec.taints (rollout.NodeDisruption:
-//     is the node being drained), name and labels; no status, no
-//     annotations (every node of the cluster is cached);
+//     is the node being drained), name and labels, and of the status only
+//     the Ready condition's status, reason and transition time
+//     (rollout.NodeLost: is the node lost; not its heartbeat or message);
+//     no annotations (every node of the cluster is cached);
 //   - ServiceAccounts: metadata only; Roles and RoleBindings whole (a few
 //     rules and one subject: the Session reconciler compares them with what
 //     it renders, and undoes a widening at once). Writes are computed
@@ -119,9 +121,21 @@ func stripSpec(in any) {
 		o.Secrets, o.ImagePullSecrets = nil, nil
 	case *corev1.Node:
 		o.Spec = corev1.NodeSpec{Unschedulable: o.Spec.Unschedulable, Taints: o.Spec.Taints}
-		o.Status = corev1.NodeStatus{}
+		o.Status = corev1.NodeStatus{Conditions: readyOnly(o.Status.Conditions)}
 		o.Annotations = nil
 	}
+}
+
+// readyOnly is the Ready condition of a Node's conditions, cut to what
+// rollout.NodeLost reads (status, reason, lastTransitionTime); nil when
+// there is none.
+func readyOnly(cs []corev1.NodeCondition) []corev1.NodeCondition {
+	for _, c := range cs {
+		if c.Type == corev1.NodeReady {
+			return []corev1.NodeCondition{{Type: c.Type, Status: c.Status, Reason: c.Reason, LastTransitionTime: c.LastTransitionTime}}
+		}
+	}
+	return nil
 }
 
 // podSpecForCache is the part of a pod spec kept in the cache: the node,

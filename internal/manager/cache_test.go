@@ -254,3 +254,29 @@ func TestStripSpecIsIdempotent(t *testing.T) {
 		}
 	}
 }
+
+// A cached Node keeps what rollout.NodeLost reads (its Ready condition's
+// status, reason and transition time) and rollout.NodeDisruption reads
+// (cordon, taints), and drops its heartbeats and other conditions.
+func TestStripSpecOfANodeKeepsItsReadiness(t *testing.T) {
+	since := metav1.NewTime(time.Unix(1000, 0))
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Spec: corev1.NodeSpec{Unschedulable: true, PodCIDR: "10.0.0.0/24"},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+			{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse},
+			{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "NodeStatusUnknown", Message: "Kubelet stopped posting node status.",
+				LastHeartbeatTime: metav1.NewTime(time.Unix(2000, 0)), LastTransitionTime: since}}}}
+	whole := node.DeepCopy()
+	stripSpec(node)
+	pod := &corev1.Pod{Spec: corev1.PodSpec{NodeName: "n"}}
+	wl, wok := rollout.NodeLost(whole, pod, false)
+	gl, gok := rollout.NodeLost(node, pod, false)
+	if wok != gok || wl != gl {
+		t.Errorf("NodeLost: stripped %+v %v, whole %+v %v", gl, gok, wl, wok)
+	}
+	if w, _ := rollout.NodeDisruption(whole, nil); w != func() string { g, _ := rollout.NodeDisruption(node, nil); return g }() {
+		t.Error("NodeDisruption differs on the stripped node")
+	}
+	if len(node.Status.Conditions) != 1 || !node.Status.Conditions[0].LastHeartbeatTime.IsZero() || node.Spec.PodCIDR != "" {
+		t.Errorf("stripped node keeps %+v", node)
+	}
+}

@@ -71,6 +71,10 @@ type Observed struct {
 	// holds it; nil when it is not known (not scheduled, not cached): not
 	// disrupted, as far as lull can tell (NodeDisruption).
 	Node *corev1.Node
+	// NodeGone: the pod is bound to a node a live read of the API server
+	// did not find (deleted; the cache alone never says so). Node is nil
+	// then; NodeLost reads it.
+	NodeGone bool
 	// NodeDrain is the template's node drain policy (spec.nodeDrainPolicy);
 	// empty fields take their defaults (NodeDrainPolicyOf).
 	NodeDrain lullv1.NodeDrainPolicy

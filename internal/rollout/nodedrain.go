@@ -140,6 +140,9 @@ func decideNodeDrain(o Observed) (Action, bool) {
 		if cur == nil || cur.Node == "" {
 			return Action{}, false
 		}
+		if l, lost := o.nodeLost(); lost && l.Gone {
+			return nodeDrainNodeGone(o, cur, l), true
+		}
 		return nodeDrainWithdrawn(o, cur), true
 	}
 	p := NodeDrainPolicyOf(o.NodeDrain)
@@ -224,6 +227,20 @@ func nodeDrainWithdrawn(o Observed, cur *lullv1.DrainRequest) Action {
 	a.Message = fmt.Sprintf("node %s is no longer being drained; drain request %s of pod %s goes on for its own reason (%s)",
 		cur.Node, cur.RequestID, o.Pod.Name, cur.Reason)
 	return a
+}
+
+// nodeDrainNodeGone is the step of a session whose pod's node was deleted
+// while a request marked with it is outstanding: the node is not "no
+// longer being drained", it is gone, and the request is kept as it is
+// (nothing to withdraw: the runtime cannot answer, nor reopen). lull
+// deletes nothing: the pod garbage collector removes a pod bound to a
+// node that no longer exists, and the StatefulSet then creates its
+// successor on another node; the pod's deletion reconciles the session.
+func nodeDrainNodeGone(o Observed, cur *lullv1.DrainRequest, l NodeLoss) Action {
+	return Action{Kind: Wait, Reason: lullv1.ReasonNodeDrain, Drain: cur,
+		Message: fmt.Sprintf("node %s is deleted under node drain %s of pod %s: its runtime cannot answer; "+
+			"lull deletes nothing, the pod garbage collector removes the pod and the StatefulSet creates it on another node (docs/operations.md#a-node-lost)",
+			l.Node, cur.RequestID, o.Pod.Name)}
 }
 
 // NodeDrainWithdrawn reports whether a is the withdrawal of a node drain

@@ -50,7 +50,10 @@ func NextStatus(o Observed, j lifecycle.Judgement, a Action) lullv1.SessionStatu
 		st.LastFailedReplacementTime = &now
 		st.FailedReplacements++
 	}
-	ready := a.Kind != DeletePod && a.Kind != HandOff && a.Kind != Commit && o.Pod != nil && o.Pod.DeletionTimestamp == nil && podReady(o)
+	// A pod on a lost node is not ready, whatever its last status says:
+	// nobody updates that status any more.
+	loss, lost := o.nodeLost()
+	ready := !lost && a.Kind != DeletePod && a.Kind != HandOff && a.Kind != Commit && o.Pod != nil && o.Pod.DeletionTimestamp == nil && podReady(o)
 	if ready && a.Reason == lullv1.ReasonUpToDate {
 		st.FailedReplacements = 0
 	}
@@ -63,6 +66,8 @@ func NextStatus(o Observed, j lifecycle.Judgement, a Action) lullv1.SessionStatu
 	}
 
 	switch {
+	case lost:
+		set(lullv1.ConditionReady, metav1.ConditionFalse, lullv1.ReasonNodeLost, nodeLostMessage(o.Pod, loss))
 	case ready:
 		set(lullv1.ConditionReady, metav1.ConditionTrue, lullv1.ReasonPodReady, fmt.Sprintf("pod %s is running and ready", o.Pod.Name))
 	case s.Spec.Suspend:
@@ -126,6 +131,10 @@ func NextStatus(o Observed, j lifecycle.Judgement, a Action) lullv1.SessionStatu
 		set(lullv1.ConditionDraining, metav1.ConditionFalse, lullv1.ReasonNoDrainRequest, "no drain request is outstanding")
 	}
 
+	if lost && st.Drain != nil {
+		noteNodeLost(&st.Conditions, o.Pod, loss)
+	}
+
 	setBudgetsOverlap(o, &st.Conditions)
 
 	st.Lifecycle = j.Status
@@ -151,6 +160,23 @@ func NextStatus(o Observed, j lifecycle.Judgement, a Action) lullv1.SessionStatu
 
 	st.Phase = phase(o, a, st)
 	return st
+}
+
+// noteNodeLost adds to the Draining condition, and to the UpToDate
+// condition of a drain-driven wait, that the runtime of the pod cannot
+// answer because its node is lost: a drain outstanding on such a pod must
+// not wait in silence. The note is the same from one reconcile to the next
+// (it names the node's transition time, not the time now), so it costs no
+// status write of its own.
+func noteNodeLost(conditions *[]metav1.Condition, pod *corev1.Pod, l NodeLoss) {
+	note := nodeLostDrainNote(pod, l)
+	for _, typ := range []string{lullv1.ConditionDraining, lullv1.ConditionUpToDate} {
+		c := meta.FindStatusCondition(*conditions, typ)
+		if c == nil || c.Status == metav1.ConditionTrue && typ == lullv1.ConditionUpToDate || strings.Contains(c.Message, note) {
+			continue
+		}
+		c.Message += note
+	}
 }
 
 // setUpToDate sets the UpToDate condition of a session that is not

@@ -171,20 +171,31 @@ func (b *budgetsSeen) forget(key types.NamespacedName) {
 }
 
 // podNode returns the Node the pod runs on as the cache holds it, nil
-// when the pod is not scheduled or the node is not known (not cached, or
-// deleted): rollout.NodeDisruption reads nil as not disrupted.
-func (r *Reconciler) podNode(ctx context.Context, pod *corev1.Pod) (*corev1.Node, error) {
+// when the pod is not scheduled or the node is not known: rollout reads
+// nil as neither disrupted nor lost. A node the cache does not hold is
+// read from the API server: gone is true only when that live read returns
+// NotFound too (the cache may lag behind a node just registered, and a
+// node judged deleted on the cache alone would be a false NodeLost).
+func (r *Reconciler) podNode(ctx context.Context, pod *corev1.Pod) (node *corev1.Node, gone bool, err error) {
 	if pod == nil || pod.Spec.NodeName == "" {
-		return nil, nil
+		return nil, false, nil
 	}
-	node := &corev1.Node{}
-	switch err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node); {
+	key := types.NamespacedName{Name: pod.Spec.NodeName}
+	node = &corev1.Node{}
+	switch err := r.Client.Get(ctx, key, node); {
 	case apierrors.IsNotFound(err):
-		return nil, nil
 	case err != nil:
-		return nil, err
+		return nil, false, err
+	default:
+		return node, false, nil
 	}
-	return node, nil
+	switch err := r.reader().Get(ctx, key, node); {
+	case apierrors.IsNotFound(err):
+		return nil, true, nil
+	case err != nil:
+		return nil, false, err
+	}
+	return node, false, nil
 }
 
 // handOff carries out a HandOff: it labels the committed pod
@@ -235,8 +246,10 @@ func (r *Reconciler) nodeToSessions(ctx context.Context, o client.Object) []reco
 }
 
 // nodeDisruptionChanged passes a Node's update only when it changes
-// whether, or why, the node is being disrupted (rollout.NodeDisruption):
-// its status heartbeats and label churn reconcile no session. Creations and
+// whether, or why, the node is being disrupted (rollout.NodeDisruption),
+// or whether, or how, it is lost (rollout.NodeLost: Ready turning False
+// or Unknown, or back): its status heartbeats and label churn reconcile
+// no session. Creations and
 // deletions pass.
 var nodeDisruptionChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 	old, okOld := e.ObjectOld.(*corev1.Node)
@@ -246,8 +259,16 @@ var nodeDisruptionChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent
 	}
 	wasWhy, was := rollout.NodeDisruption(old, nil)
 	isWhy, is := rollout.NodeDisruption(cur, nil)
-	return was != is || wasWhy != isWhy
+	return was != is || wasWhy != isWhy || nodeLossOf(old) != nodeLossOf(cur)
 }}
+
+// nodeLossOf is how a Node's updates are told apart for a session on it
+// (rollout.NodeLost): its Ready condition's status, reason and transition
+// time, never its heartbeats.
+func nodeLossOf(n *corev1.Node) rollout.NodeLoss {
+	l, _ := rollout.NodeLost(n, &corev1.Pod{Spec: corev1.PodSpec{NodeName: n.Name}}, false)
+	return l
+}
 
 // overlappingBudgets returns, sorted, the names of the budgets of the
 // session's namespace other than lull's (index.BudgetOwner) whose selector

@@ -248,7 +248,7 @@ func (r *Reconciler) observe(ctx context.Context, sc *sessionScope) (phaseResult
 	if err != nil {
 		return phaseResult{}, err
 	}
-	node, err := r.podNode(ctx, pod)
+	node, nodeGone, err := r.podNode(ctx, pod)
 	if err != nil {
 		return phaseResult{}, err
 	}
@@ -258,7 +258,7 @@ func (r *Reconciler) observe(ctx context.Context, sc *sessionScope) (phaseResult
 	}
 	o := rollout.Observed{Now: sc.now, Session: s, Policy: rollout.EffectivePolicy(t, render.TemplateRevision(t)), Pod: pod, Admitted: rollout.Admitted(t.Status.Wave, s),
 		Lifecycle: lifecycle.PolicyFor(t, s), ReportWrittenAt: ReportWrittenAt(s), ForcedBy: forceUpdateManager(s),
-		Node: node, NodeDrain: t.Spec.NodeDrainPolicy, OverlappingBudgets: overlapping}
+		Node: node, NodeGone: nodeGone, NodeDrain: t.Spec.NodeDrainPolicy, OverlappingBudgets: overlapping}
 	if o.PendingClaims, err = pendingClaims(ctx, r.reader(), s, t, pod); err != nil {
 		return phaseResult{}, err
 	}
