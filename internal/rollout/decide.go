@@ -74,6 +74,11 @@ type Observed struct {
 	// than lull's that also select the pod (read only under strategy
 	// Drain): the BudgetsOverlap condition names them.
 	OverlappingBudgets []string
+	// Pinned, when not nil, names the claim whose PersistentVolume holds
+	// the pod on its node (PinnedTo); read only while the node is
+	// disrupted under strategy Drain: the node drain does not apply
+	// (decideNodeDrain) and the PinnedToNode condition says why.
+	Pinned *Pin
 }
 
 // Kind is what the reconciler must do.
