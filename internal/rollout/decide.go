@@ -228,8 +228,12 @@ type Action struct {
 //     finished by its delete, until the image is allowed.
 func Decide(o Observed, j lifecycle.Judgement) Action {
 	a := withholdOnRefusedImage(o, decideRules(o, j))
-	if _, disrupted := o.nodeDisrupted(); disrupted && a.Kind == Commit && !o.Session.Spec.Suspend && !CommitsCull(a) {
+	_, disrupted := o.nodeDisrupted()
+	if disrupted && a.Kind == Commit && !o.Session.Spec.Suspend && !CommitsCull(a) {
 		a.HandOff = true
+	}
+	if disrupted && o.Pinned != nil && (a.RequeueAfter == 0 || a.RequeueAfter > PinnedRecheck) {
+		a.RequeueAfter = PinnedRecheck
 	}
 	return a
 }

@@ -390,8 +390,8 @@ func TestPinnedSessionIsNotDrainedForItsNodeAndSaysWhy(t *testing.T) {
 	f := onNode()
 	f.o.Pinned = pinnedFixture
 	a := decide(f.o)
-	if a.Kind != Wait || a.Drain != nil || a.Replacement != nil || a.RequeueAfter != 0 {
-		t.Fatalf("pinned on a cordoned node: %s/%s drain %+v requeue %s; want no drain request, nothing committed, no deadline", a.Kind, a.Reason, a.Drain, a.RequeueAfter)
+	if a.Kind != Wait || a.Drain != nil || a.Replacement != nil || a.RequeueAfter != PinnedRecheck {
+		t.Fatalf("pinned on a cordoned node: %s/%s drain %+v requeue %s; want no drain request, nothing committed, a recheck and no deadline", a.Kind, a.Reason, a.Drain, a.RequeueAfter)
 	}
 	st := nextStatus(f.o, a)
 	c := findCondition(st.Conditions, lullv1.ConditionPinnedToNode)

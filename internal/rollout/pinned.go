@@ -2,10 +2,17 @@ package rollout
 
 import (
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 )
+
+// PinnedRecheck is how often a session pinned to its disrupted node
+// (PinnedTo) is looked at again: a node joining the volume's zone, or
+// another uncordoned, reconciles only the sessions on that node, so the
+// pinned one would not otherwise notice that its volume can now follow it.
+const PinnedRecheck = time.Minute
 
 // BoundVolume is one of a pod's PersistentVolumeClaims and the
 // PersistentVolume bound to it (nil while it is unbound or not known).
