@@ -343,8 +343,9 @@ func (r *Reconciler) nodeStillDisrupted(ctx context.Context, pod *corev1.Pod) (b
 // Drain: the other sessions cost no read. It reads, from the cache, the
 // claims of the pod's volumes, the PersistentVolumes bound to them (few:
 // one per claim) and the Nodes the controller already watches. A claim or
-// volume not found is left out: lull only holds back what it knows to be
-// stuck.
+// volume not found is left out (the cache holds only the claims labelled
+// lull.dev/session, the session's own from its claim templates): lull
+// only holds back what it knows to be stuck.
 func (r *Reconciler) pinnedClaim(ctx context.Context, t *lullv1.SessionTemplate, pod *corev1.Pod, node *corev1.Node) (*rollout.Pin, error) {
 	if pod == nil || node == nil || !rollout.GuardsEvictions(t.Spec.NodeDrainPolicy) {
 		return nil, nil
