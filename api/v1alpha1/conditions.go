@@ -226,6 +226,26 @@ const (
 	ReasonOverlappingBudgets = "OverlappingBudgets"
 )
 
+// A Session's PinnedToNode condition, absent unless the session's pod is
+// on a node being drained (nodeDrainPolicy Drain) and one of its claims is
+// bound to a PersistentVolume whose node affinity matches that node and no
+// other schedulable one (a local volume, a zonal disk whose zone has no
+// other node): a replacement elsewhere could never start, so lull sends no
+// drain request for the node's drain, and the session's budget keeps
+// refusing evictions, so the running turn stays protected. Nothing is
+// deleted for the node's drain while it holds, whatever drainTimeout says:
+// the node's drain waits, and the operator decides. Its first appearance
+// is also a Warning Event.
+const (
+	// ConditionPinnedToNode is True while a claim holds the session's pod
+	// on a node being drained.
+	ConditionPinnedToNode = "PinnedToNode"
+
+	// ReasonVolumeNodeAffinity (True): the message names the claim, its
+	// PersistentVolume and the node, and what to do.
+	ReasonVolumeNodeAffinity = "VolumeNodeAffinity"
+)
+
 // A SessionTemplate's RolledOut condition.
 const (
 	// ConditionRolledOut is True when every running session of the

@@ -76,7 +76,9 @@ var containerStatusesOwned = []byte(`{"f:status":{"f:containerStatuses":{}}}`)
 //   - pods: spec.nodeName (rollout.Decide names it for a pod stuck
 //     terminating: delete the Node object if it is gone),
 //     every reference to a ConfigMap (filesweep.Decide: a ConfigMap a pod
-//     mounts is never deleted), each container's name and image; status
+//     mounts is never deleted), every claim it mounts (rollout.PinnedTo:
+//     does a claim's volume hold the pod on its drained node), each
+//     container's name and image; status
 //     whole (phase, conditions, container statuses: rollout.Decide and the
 //     failure judgement);
 //   - StatefulSets: replicas, selector, service name, update strategy,
@@ -139,7 +141,7 @@ func readyOnly(cs []corev1.NodeCondition) []corev1.NodeCondition {
 }
 
 // podSpecForCache is the part of a pod spec kept in the cache: the node,
-// the containers' names and images, and every ConfigMap reference (volumes,
+// the containers' names and images, the claims it mounts, and every ConfigMap reference (volumes,
 // projected sources, envFrom and env of every container kind).
 func podSpecForCache(spec *corev1.PodSpec) corev1.PodSpec {
 	out := corev1.PodSpec{NodeName: spec.NodeName}
@@ -147,6 +149,8 @@ func podSpecForCache(spec *corev1.PodSpec) corev1.PodSpec {
 		switch {
 		case v.ConfigMap != nil:
 			out.Volumes = append(out.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{ConfigMap: v.ConfigMap}})
+		case v.PersistentVolumeClaim != nil:
+			out.Volumes = append(out.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: v.PersistentVolumeClaim}})
 		case v.Projected != nil:
 			var sources []corev1.VolumeProjection
 			for _, s := range v.Projected.Sources {

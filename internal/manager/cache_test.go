@@ -280,3 +280,17 @@ func TestStripSpecOfANodeKeepsItsReadiness(t *testing.T) {
 		t.Errorf("stripped node keeps %+v", node)
 	}
 }
+
+// The cached pod keeps the claims it mounts: the session reconciler reads
+// them to tell whether a claim's volume holds the pod on its drained node
+// (rollout.PinnedTo); other volume sources are cut.
+func TestStripSpecKeepsThePodsClaims(t *testing.T) {
+	pod := &corev1.Pod{Spec: corev1.PodSpec{Volumes: []corev1.Volume{
+		{Name: "workspace", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "workspace-s-0"}}},
+		{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}}}
+	stripSpec(pod)
+	if len(pod.Spec.Volumes) != 1 || pod.Spec.Volumes[0].PersistentVolumeClaim == nil || pod.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != "workspace-s-0" {
+		t.Fatalf("stripped volumes %+v; want only the claim workspace-s-0", pod.Spec.Volumes)
+	}
+}

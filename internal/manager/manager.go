@@ -86,7 +86,9 @@ func init() {
 // sessions, not with the cluster. PodDisruptionBudgets are all cached, not
 // only the sessions' own: another budget that also selects a session pod
 // makes every eviction of it fail (BudgetsOverlap); Nodes are all cached,
-// their spec only (stripSpec).
+// their spec only (stripSpec); PersistentVolumes are all cached (few, one
+// per claim), read only for a pod whose node is being drained
+// (rollout.PinnedTo).
 func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	cfg = rest.CopyConfig(cfg)
 	requestmetrics.Instrument(cfg)

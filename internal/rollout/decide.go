@@ -82,6 +82,11 @@ type Observed struct {
 	// than lull's that also select the pod (read only under strategy
 	// Drain): the BudgetsOverlap condition names them.
 	OverlappingBudgets []string
+	// Pinned, when not nil, names the claim whose PersistentVolume holds
+	// the pod on its node (PinnedTo); read only while the node is
+	// disrupted under strategy Drain: the node drain does not apply
+	// (decideNodeDrain) and the PinnedToNode condition says why.
+	Pinned *Pin
 }
 
 // Kind is what the reconciler must do.
@@ -231,8 +236,12 @@ type Action struct {
 //     finished by its delete, until the image is allowed.
 func Decide(o Observed, j lifecycle.Judgement) Action {
 	a := withholdOnRefusedImage(o, decideRules(o, j))
-	if _, disrupted := o.nodeDisrupted(); disrupted && a.Kind == Commit && !o.Session.Spec.Suspend && !CommitsCull(a) {
+	_, disrupted := o.nodeDisrupted()
+	if disrupted && a.Kind == Commit && !o.Session.Spec.Suspend && !CommitsCull(a) {
 		a.HandOff = true
+	}
+	if disrupted && o.Pinned != nil && (a.RequeueAfter == 0 || a.RequeueAfter > PinnedRecheck) {
+		a.RequeueAfter = PinnedRecheck
 	}
 	return a
 }

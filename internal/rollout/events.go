@@ -40,7 +40,10 @@ type Event struct {
 //     becoming RuntimeNotReporting): a Warning with that condition's
 //     message, action Report; another budget newly selecting the pod
 //     beside lull's (BudgetsOverlap appearing): a Warning
-//     OverlappingBudgets with its message, action NodeDrain.
+//     OverlappingBudgets with its message, action NodeDrain; a claim
+//     newly holding the pod on its disrupted node (PinnedToNode
+//     appearing): a Warning VolumeNodeAffinity with its message, action
+//     NodeDrain.
 //  5. The step's own, at most one: a drain request (the step's reason,
 //     action RequestDrain); the session up to date on a revision other
 //     than the one its pod ran (Updated, action Rollout), not for a resume,
@@ -82,6 +85,9 @@ func Events(o Observed, next lullv1.SessionStatus, a Action) []Event {
 	}
 	if c := meta.FindStatusCondition(next.Conditions, lullv1.ConditionBudgetsOverlap); c != nil && !meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionBudgetsOverlap) {
 		out = append(out, Event{Type: corev1.EventTypeWarning, Reason: lullv1.ReasonOverlappingBudgets, Action: "NodeDrain", Note: c.Message, Related: pod})
+	}
+	if c := meta.FindStatusCondition(next.Conditions, lullv1.ConditionPinnedToNode); c != nil && !meta.IsStatusConditionTrue(s.Status.Conditions, lullv1.ConditionPinnedToNode) {
+		out = append(out, Event{Type: corev1.EventTypeWarning, Reason: lullv1.ReasonVolumeNodeAffinity, Action: "NodeDrain", Note: c.Message, Related: pod})
 	}
 	upToDate := meta.IsStatusConditionTrue(next.Conditions, lullv1.ConditionUpToDate)
 	switch {

@@ -124,6 +124,8 @@ func (o Observed) nodeDisrupted() (string, bool) {
 //   - the deadline passed: onDrainTimeout Replace commits and hands off
 //     all the same (a Warning Event names the node); Wait keeps waiting,
 //     saying the node's drain waits on the session;
+//   - a claim pins the pod to its node (o.Pinned): no node drain at all
+//     (nodeDrainPinned);
 //   - the node no longer disrupted (uncordoned, taint gone, strategy now
 //     Ignore): a NodeDrain request is withdrawn (the runtime reopens,
 //     nothing deleted), a reused one goes on for its own reason.
@@ -144,6 +146,9 @@ func decideNodeDrain(o Observed) (Action, bool) {
 			return nodeDrainNodeGone(o, cur, l), true
 		}
 		return nodeDrainWithdrawn(o, cur), true
+	}
+	if o.Pinned != nil {
+		return nodeDrainPinned(o, cur)
 	}
 	p := NodeDrainPolicyOf(o.NodeDrain)
 	node := pod.Spec.NodeName
@@ -207,6 +212,32 @@ func nodeDrainDeadlinePassed(o Observed, cur *lullv1.DrainRequest, p lullv1.Node
 	return Action{Kind: Wait, Reason: lullv1.ReasonNodeDrain, Drain: cur,
 		Message: fmt.Sprintf("%s; node drain %s passed its deadline %s and the runtime of pod %s has not drained: the drain of node %s waits on this session (nodeDrainPolicy.onDrainTimeout Wait)",
 			why, cur.RequestID, cur.Deadline.UTC().Format(time.RFC3339), pod.Name, node)}
+}
+
+// nodeDrainPinned is the step of a pod on a disrupted node that one of
+// its claims holds there (o.Pinned): draining it would only replace it
+// with a pod that can never start, so no NodeDrain request is sent, and
+// the budget keeps refusing the node's evictions: the running turn stays
+// protected. No deadline runs, so drainTimeout and onDrainTimeout never
+// delete the pod for the node drain alone: the node's drain waits and the
+// PinnedToNode condition says why; the operator decides (a schedulable
+// node for the volume, a suspension, an uncordon). A NodeDrain request
+// sent before the pin was seen is withdrawn (the runtime reopens); a
+// reused request loses the node's mark and goes on for its own reason; no
+// request at all leaves the rest of the rules (an update drain, the
+// lifecycle) as they are.
+func nodeDrainPinned(o Observed, cur *lullv1.DrainRequest) (Action, bool) {
+	if cur == nil || cur.Node == "" {
+		return Action{}, false
+	}
+	msg := fmt.Sprintf("%s; withdrew node drain %s of pod %s", o.Pinned, cur.RequestID, o.Pod.Name)
+	if cur.Reason == lullv1.DrainReasonNodeDrain {
+		return Action{Kind: Wait, Reason: lullv1.ReasonNodeDrain, Message: msg}, true
+	}
+	d := cur.DeepCopy()
+	d.Node = ""
+	return Action{Kind: Wait, Reason: lullv1.ReasonNodeDrain, Drain: d,
+		Message: fmt.Sprintf("%s; drain request %s of pod %s goes on for its own reason (%s)", o.Pinned, cur.RequestID, o.Pod.Name, cur.Reason)}, true
 }
 
 // nodeDrainWithdrawn is the step of a session whose pod's node is no

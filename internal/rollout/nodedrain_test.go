@@ -383,3 +383,79 @@ func TestAnotherBudgetOverTheSessionPodIsNamedInACondition(t *testing.T) {
 		t.Errorf("condition %+v with no other budget; want it removed", c)
 	}
 }
+
+var pinnedFixture = &Pin{Claim: "workspace-s", Volume: "pv-local-1", Node: nodeName}
+
+func TestPinnedSessionIsNotDrainedForItsNodeAndSaysWhy(t *testing.T) {
+	f := onNode()
+	f.o.Pinned = pinnedFixture
+	a := decide(f.o)
+	if a.Kind != Wait || a.Drain != nil || a.Replacement != nil || a.RequeueAfter != PinnedRecheck {
+		t.Fatalf("pinned on a cordoned node: %s/%s drain %+v requeue %s; want no drain request, nothing committed, a recheck and no deadline", a.Kind, a.Reason, a.Drain, a.RequeueAfter)
+	}
+	st := nextStatus(f.o, a)
+	c := findCondition(st.Conditions, lullv1.ConditionPinnedToNode)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != lullv1.ReasonVolumeNodeAffinity {
+		t.Fatalf("condition %+v; want PinnedToNode True VolumeNodeAffinity", c)
+	}
+	for _, w := range []string{"workspace-s", "pv-local-1", nodeName} {
+		if !strings.Contains(c.Message, w) {
+			t.Errorf("condition message %q does not name %s", c.Message, w)
+		}
+	}
+	if st.Drain != nil || st.Phase != lullv1.SessionRunning {
+		t.Errorf("status drain %+v phase %s; want no request, Running", st.Drain, st.Phase)
+	}
+	ev := Events(f.o, st, a)
+	if len(ev) != 1 || ev[0].Type != corev1.EventTypeWarning || ev[0].Reason != lullv1.ReasonVolumeNodeAffinity {
+		t.Fatalf("events %+v; want one Warning VolumeNodeAffinity", ev)
+	}
+	f.o.Session.Status = st
+	if ev := Events(f.o, nextStatus(f.o, a), a); len(ev) != 0 {
+		t.Errorf("events once written %+v; want none", ev)
+	}
+	// Long past any drainTimeout: still nothing deleted for the node.
+	f.o.Now = now.Add(time.Hour)
+	if a := decide(f.o); a.Kind != Wait || a.Drain != nil || a.Replacement != nil {
+		t.Fatalf("an hour on: %s/%s; want still nothing", a.Kind, a.Reason)
+	}
+	// Uncordoned: the condition goes.
+	f.o.Node.Spec.Unschedulable = false
+	if c := findCondition(nextStatus(f.o, decide(f.o)).Conditions, lullv1.ConditionPinnedToNode); c != nil {
+		t.Errorf("condition %+v on an uncordoned node; want it removed", c)
+	}
+}
+
+func TestPinSeenAfterTheNodeDrainWasRequestedWithdrawsIt(t *testing.T) {
+	f := onNode()
+	outstanding(&f.o, nodeDrain(1, now.Add(-time.Minute)))
+	f.o.Pinned = pinnedFixture
+	a := decide(f.o)
+	if a.Kind != Wait || a.Drain != nil || a.Replacement != nil {
+		t.Fatalf("pinned with a node drain outstanding: %s/%s %+v; want it withdrawn", a.Kind, a.Reason, a.Drain)
+	}
+	if !strings.Contains(a.Message, "pv-local-1") {
+		t.Errorf("message %q does not say the volume holds the pod", a.Message)
+	}
+}
+
+func TestPinnedStalePodKeepsItsUpdateDrain(t *testing.T) {
+	f := onNode()
+	f.o.Pod.Labels[appsv1.ControllerRevisionHashLabelKey] = oldRev
+	f.o.Admitted = true
+	f.o.Pinned = pinnedFixture
+	a := decide(f.o)
+	if a.Kind != RequestDrain || a.Drain == nil || a.Drain.Reason != lullv1.DrainReasonUpdate || a.Drain.Node != "" {
+		t.Fatalf("pinned stale pod: %s/%s %+v; want the update drain, unmarked by the node", a.Kind, a.Reason, a.Drain)
+	}
+}
+
+func TestPinUnderIgnoreChangesNothing(t *testing.T) {
+	f := onNode()
+	f.o.NodeDrain.Strategy = lullv1.NodeDrainStrategyIgnore
+	f.o.Pinned = pinnedFixture
+	a := decide(f.o)
+	if c := findCondition(nextStatus(f.o, a).Conditions, lullv1.ConditionPinnedToNode); c != nil || a.Reason != lullv1.ReasonUpToDate {
+		t.Fatalf("Ignore: %s/%s condition %+v; want nothing", a.Kind, a.Reason, c)
+	}
+}

@@ -136,6 +136,7 @@ func NextStatus(o Observed, j lifecycle.Judgement, a Action) lullv1.SessionStatu
 	}
 
 	setBudgetsOverlap(o, &st.Conditions)
+	setPinnedToNode(o, &st.Conditions)
 
 	st.Lifecycle = j.Status
 	switch r := s.Status.Runtime; j.State {
@@ -312,4 +313,17 @@ func setBudgetsOverlap(o Observed, conditions *[]metav1.Condition) {
 			"so every eviction of it fails (kubectl drain stops on it, node upgrades wait and then force it); remove the session's pods from %s's selector, "+
 			"or set the template's nodeDrainPolicy.strategy to Ignore to leave evictions to your budget",
 			o.Session.Name, strings.Join(o.OverlappingBudgets, ", "), o.Pod.Name, strings.Join(o.OverlappingBudgets, ", "))})
+}
+
+// setPinnedToNode sets the PinnedToNode condition while the session's pod
+// is on a disrupted node that one of its claims holds it on (o.Pinned),
+// and removes it otherwise: absent, it costs the other sessions nothing.
+func setPinnedToNode(o Observed, conditions *[]metav1.Condition) {
+	if _, disrupted := o.nodeDisrupted(); !disrupted || o.Pinned == nil {
+		meta.RemoveStatusCondition(conditions, lullv1.ConditionPinnedToNode)
+		return
+	}
+	meta.SetStatusCondition(conditions, metav1.Condition{Type: lullv1.ConditionPinnedToNode, Status: metav1.ConditionTrue,
+		Reason: lullv1.ReasonVolumeNodeAffinity, ObservedGeneration: o.Session.Generation, LastTransitionTime: metav1.NewTime(o.Now),
+		Message: o.Pinned.String()})
 }

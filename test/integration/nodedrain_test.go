@@ -99,6 +99,13 @@ func (ds *nodeDrainSession) observeBudget(t *testing.T) {
 // createPodOn is createPod with the pod bound to node.
 func createPodOn(t *testing.T, sts *appsv1.StatefulSet, revision, node string) *corev1.Pod {
 	t.Helper()
+	return createPodOnWith(t, sts, revision, node, nil)
+}
+
+// createPodOnWith is createPodOn with edit applied to the pod before its
+// create.
+func createPodOnWith(t *testing.T, sts *appsv1.StatefulSet, revision, node string, edit func(*corev1.Pod)) *corev1.Pod {
+	t.Helper()
 	name := sts.Name + "-0"
 	labels := map[string]string{appsv1.ControllerRevisionHashLabelKey: revision, appsv1.StatefulSetPodNameLabel: name}
 	for k, v := range sts.Spec.Template.Labels {
@@ -110,6 +117,9 @@ func createPodOn(t *testing.T, sts *appsv1.StatefulSet, revision, node string) *
 		Spec: *sts.Spec.Template.Spec.DeepCopy(),
 	}
 	pod.Spec.NodeName = node
+	if edit != nil {
+		edit(pod)
+	}
 	if err := admin.Create(t.Context(), pod); err != nil {
 		t.Fatalf("create pod %s: %v", name, err)
 	}

@@ -34,6 +34,7 @@ import (
 )
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=persistentvolumes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 
 // reconcileBudget keeps the session's PodDisruptionBudget as its template's
@@ -356,4 +357,56 @@ func (r *Reconciler) nodeStillDisrupted(ctx context.Context, pod *corev1.Pod) (b
 	}
 	_, disrupted := rollout.NodeDisruption(node, pod)
 	return disrupted, nil
+}
+
+// pinnedClaim returns which of pod's claims holds it on node, if one does
+// (rollout.PinnedTo), read only while node is disrupted under strategy
+// Drain: the other sessions cost no read. It reads, from the cache, the
+// claims of the pod's volumes, the PersistentVolumes bound to them (few:
+// one per claim) and the Nodes the controller already watches. A claim or
+// volume not found is left out (the cache holds only the claims labelled
+// lull.dev/session, the session's own from its claim templates): lull
+// only holds back what it knows to be stuck.
+func (r *Reconciler) pinnedClaim(ctx context.Context, t *lullv1.SessionTemplate, pod *corev1.Pod, node *corev1.Node) (*rollout.Pin, error) {
+	if pod == nil || node == nil || !rollout.GuardsEvictions(t.Spec.NodeDrainPolicy) {
+		return nil, nil
+	}
+	if _, disrupted := rollout.NodeDisruption(node, pod); !disrupted {
+		return nil, nil
+	}
+	var volumes []rollout.BoundVolume
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		pvc := &corev1.PersistentVolumeClaim{}
+		switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: v.PersistentVolumeClaim.ClaimName}, pvc); {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return nil, err
+		}
+		if pvc.Spec.VolumeName == "" {
+			continue
+		}
+		pv := &corev1.PersistentVolume{}
+		switch err := r.Client.Get(ctx, types.NamespacedName{Name: pvc.Spec.VolumeName}, pv); {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return nil, err
+		}
+		volumes = append(volumes, rollout.BoundVolume{Claim: pvc.Name, Volume: pv})
+	}
+	if len(volumes) == 0 {
+		return nil, nil
+	}
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes); err != nil {
+		return nil, err
+	}
+	if pin, ok := rollout.PinnedTo(node, volumes, nodes.Items); ok {
+		return &pin, nil
+	}
+	return nil, nil
 }

@@ -233,7 +233,8 @@ func (r *Reconciler) reconcileIdentity(ctx context.Context, sc *sessionScope) (p
 }
 
 // observe reads what the rollout decides on: the version of the session's
-// StatefulSet, then its pod and the Node it runs on, then the claims that keep that pod from
+// StatefulSet, then its pod and the Node it runs on (and, that node being
+// drained, the claim that holds the pod there), then the claims that keep that pod from
 // starting, and the replica count the StatefulSet must have. The version
 // is read before the pod: a pod created after this read moves the
 // StatefulSet's status, so a scale-down decided on what follows lands
@@ -256,9 +257,13 @@ func (r *Reconciler) observe(ctx context.Context, sc *sessionScope) (phaseResult
 	if err != nil {
 		return phaseResult{}, err
 	}
+	pinned, err := r.pinnedClaim(ctx, t, pod, node)
+	if err != nil {
+		return phaseResult{}, err
+	}
 	o := rollout.Observed{Now: sc.now, Session: s, Policy: rollout.EffectivePolicy(t, render.TemplateRevision(t)), Pod: pod, Admitted: rollout.Admitted(t.Status.Wave, s),
 		Lifecycle: lifecycle.PolicyFor(t, s), ReportWrittenAt: ReportWrittenAt(s), ForcedBy: forceUpdateManager(s),
-		Node: node, NodeGone: nodeGone, NodeDrain: t.Spec.NodeDrainPolicy, OverlappingBudgets: overlapping}
+		Node: node, NodeGone: nodeGone, NodeDrain: t.Spec.NodeDrainPolicy, OverlappingBudgets: overlapping, Pinned: pinned}
 	if o.PendingClaims, err = pendingClaims(ctx, r.reader(), s, t, pod); err != nil {
 		return phaseResult{}, err
 	}
