@@ -87,3 +87,23 @@ func TestNodeMountsLeaveNetnsTheNodeDoesNotMake(t *testing.T) {
 		t.Errorf("a network namespace in /run/netns, which the node never makes, listed for unmounting: %q", got)
 	}
 }
+
+// Everything the node wrote is removed on exit, "never across a mount
+// still in place": removeLeftovers asks nodeMounts which mounts are still
+// under each path it is about to remove. nodeMounts also lists every
+// /run/netns/cni-* whatever the roots, so one such mount still in place
+// (another runtime's, made after findLeftovers listed the mounts) is taken
+// for a mount under /var/lib/kubelet, /var/log/containers and every other
+// path: none is removed, and the error names a mount that is under none
+// of them.
+func TestAPathIsBusyOnlyWithAMountUnderIt(t *testing.T) {
+	still := parseMountinfo(strings.Join([]string{
+		`22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw`,
+		`47 22 0:4 net:[4026532301] /run/netns/cni-7f2c1a3e rw - nsfs nsfs rw`,
+	}, "\n"))
+	for _, p := range []string{kubeletRoot, containersLog, nodeRunDir} {
+		if busy := nodeMounts(still, []string{p}); len(busy) > 0 {
+			t.Errorf("%s taken for busy by %q, which is not under it: it would be left, and named so", p, busy)
+		}
+	}
+}
