@@ -9,9 +9,12 @@ import (
 
 // machineLockPath is the machine-wide lock of the real node: the host
 // paths a node writes (docs/real-node.md) are the machine's, so one real
-// node runs on a machine at a time. The file stays after the node stops:
-// it records the last holder, so the next start knows that what it finds
-// in /var/lib/kubelet is a lull node's.
+// node runs on a machine at a time. The file stays after the node stops.
+// Its record says a lull node may have left something on the machine:
+// it is written once the lock is taken, stays if the node crashes (so the
+// next start knows that what it finds in /var/lib/kubelet is a lull
+// node's), and is cleared by a clean stop, which removed everything (so a
+// /var/lib/kubelet made afterwards is another kubelet's, and refused).
 var machineLockPath = "/run/lull-real-node.lock"
 
 // ErrRealNodeInUse is returned (wrapped) by Start with RealNode when
@@ -59,6 +62,22 @@ func (e *realNodeInUseError) Error() string {
 
 func (e *realNodeInUseError) Is(target error) bool { return target == ErrRealNodeInUse }
 
+// machineLock is the machine lock, held while its file is open.
+type machineLock struct{ f *os.File }
+
+// Close is the release of a clean stop, after everything the node wrote
+// was removed: the record is cleared under the lock, then the lock
+// released. A crash (the process gone, the kernel releasing the lock)
+// leaves the record; so does release.
+func (l *machineLock) Close() error {
+	err := l.f.Truncate(0)
+	return errors.Join(err, l.f.Close())
+}
+
+// release gives the lock up keeping the record: the node may have left
+// something, which the next start must take for a lull node's and remove.
+func (l *machineLock) release() error { return l.f.Close() }
+
 // lockMachine takes the machine lock without blocking and, if accept
 // (nil: accept all) takes the previous holder's record, records this
 // process and stateDir in it. It returns the lock (held until closed or
@@ -67,7 +86,7 @@ func (e *realNodeInUseError) Is(target error) bool { return target == ErrRealNod
 // written, it would tell the next start that a lull real node ran, and
 // that start would take the foreign paths accept refused for leftovers
 // to remove.
-func lockMachine(stateDir string, accept func(prev machineHolder) error) (*os.File, machineHolder, error) {
+func lockMachine(stateDir string, accept func(prev machineHolder) error) (*machineLock, machineHolder, error) {
 	f, err := os.OpenFile(machineLockPath, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, machineHolder{}, fmt.Errorf("open %s: %w (the real node needs root: run as root, or start without --real-node)", machineLockPath, err)
@@ -97,7 +116,7 @@ func lockMachine(stateDir string, accept func(prev machineHolder) error) (*os.Fi
 		f.Close()
 		return nil, machineHolder{}, fmt.Errorf("write %s: %w", machineLockPath, err)
 	}
-	return f, prev, nil
+	return &machineLock{f: f}, prev, nil
 }
 
 // CheckRealNodeFree returns an error matching ErrRealNodeInUse, naming

@@ -92,8 +92,8 @@ func TestCNICacheFileIsTheNodesOnly(t *testing.T) {
 
 // A second real node on the machine is refused while the first holds the
 // lock, with an error naming the holder's pid and state dir; once the
-// first is gone the lock is free, and the next holder learns the last
-// one's state dir (whose leftovers it must remove).
+// first is gone (crashed, its record kept) the lock is free, and the next
+// holder learns the last one's state dir (whose leftovers it must remove).
 func TestMachineLockRefusesASecondNodeNamingTheHolder(t *testing.T) {
 	old := machineLockPath
 	machineLockPath = filepath.Join(t.TempDir(), "real-node.lock")
@@ -118,7 +118,7 @@ func TestMachineLockRefusesASecondNodeNamingTheHolder(t *testing.T) {
 	if err := CheckRealNodeFree(); !errors.Is(err, ErrRealNodeInUse) || !strings.Contains(err.Error(), "/tmp/state-a") {
 		t.Errorf("CheckRealNodeFree while held: %v, want ErrRealNodeInUse naming the holder", err)
 	}
-	first.Close()
+	first.release() // a crash: the lock is released, the record stays
 	if err := CheckRealNodeFree(); err != nil {
 		t.Errorf("CheckRealNodeFree once released: %v", err)
 	}
