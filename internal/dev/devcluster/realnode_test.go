@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Every mount a real node makes, and only those, is found for clean-up,
@@ -213,4 +214,42 @@ func TestForeignHostPathsAreRefusedNotCleaned(t *testing.T) {
 	if err := checkNotForeign(machineHolder{PID: "1", StateDir: "/tmp/st"}, p); err == nil || !strings.Contains(err.Error(), "systemctl stop containerd") {
 		t.Errorf("the machine's own containerd: %v, want a refusal with the fix", err)
 	}
+}
+
+// A lock held only for a moment (a CheckRealNodeFree, a start between its
+// flock and its record write) is waited for, not refused; one held on
+// with no live process on record is refused naming the cause and the fix,
+// with no pid to kill.
+func TestALockHeldForAMomentIsWaitedForAndANamelessHolderGetsNoKill(t *testing.T) {
+	old := machineLockPath
+	machineLockPath = filepath.Join(t.TempDir(), "real-node.lock")
+	t.Cleanup(func() { machineLockPath = old })
+	if err := os.WriteFile(machineLockPath, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check, err := os.Open(machineLockPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, err := tryLock(check); err != nil || held {
+		t.Fatalf("tryLock: held %v, %v", held, err)
+	}
+	err = CheckRealNodeFree()
+	if !errors.Is(err, ErrRealNodeInUse) {
+		t.Fatalf("CheckRealNodeFree with the lock held on: %v, want ErrRealNodeInUse", err)
+	}
+	containsAll(t, "held by no node on record", err.Error(), machineLockPath, "start again", "fuser -v")
+	if strings.Contains(err.Error(), "kill") {
+		t.Errorf("refusal %q names a process to kill, with none on record", err)
+	}
+
+	go func() {
+		time.Sleep(3 * lockRetryEvery)
+		check.Close()
+	}()
+	f, _, err := lockMachine("/tmp/state-a", nil)
+	if err != nil {
+		t.Fatalf("a lock held for %v refused: %v", 3*lockRetryEvery, err)
+	}
+	f.Close()
 }
