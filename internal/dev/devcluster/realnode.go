@@ -464,7 +464,8 @@ func (c *Cluster) stopRealNode() error {
 // RealNodeLeftovers describes what a real node has on this machine
 // outside any state directory (its processes, mounts, paths, cgroups,
 // links, the service IP on lo); empty when there is nothing. The lock
-// file, which only records the last holder, does not count.
+// file, whose record only says a node runs or may have left something,
+// does not count.
 func RealNodeLeftovers() (string, error) {
 	l, err := findLeftovers("")
 	if l.empty() {
