@@ -22,3 +22,10 @@ func tryLock(f *os.File) (held bool, err error) {
 	}
 	return false, err
 }
+
+// processAlive reports whether a process with pid exists (EPERM: it does,
+// another user's).
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}

@@ -137,7 +137,7 @@ func checkRealNodeHost(h realNodeHost) error {
 type realNode struct {
 	name    string
 	paths   nodePaths
-	lock    *os.File
+	lock    *machineLock
 	forward *serviceForward
 }
 
@@ -433,7 +433,8 @@ func imageNotInArchive(im NodeImage, held []string) error {
 
 // stopRealNode removes everything the node wrote outside the state
 // directory (its processes are already stopped) and releases the machine
-// lock.
+// lock: clearing its record if everything was removed, keeping it if
+// anything may be left (the next start removes it).
 func (c *Cluster) stopRealNode() error {
 	n := c.real
 	if n == nil {
@@ -451,7 +452,11 @@ func (c *Cluster) stopRealNode() error {
 		errs = append(errs, fmt.Errorf("real node clean-up: %w", err))
 	}
 	if n.lock != nil {
-		n.lock.Close()
+		if len(errs) == 0 {
+			n.lock.Close()
+		} else {
+			n.lock.release()
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -459,7 +464,8 @@ func (c *Cluster) stopRealNode() error {
 // RealNodeLeftovers describes what a real node has on this machine
 // outside any state directory (its processes, mounts, paths, cgroups,
 // links, the service IP on lo); empty when there is nothing. The lock
-// file, which only records the last holder, does not count.
+// file, whose record only says a node runs or may have left something,
+// does not count.
 func RealNodeLeftovers() (string, error) {
 	l, err := findLeftovers("")
 	if l.empty() {

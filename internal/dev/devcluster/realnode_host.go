@@ -16,12 +16,14 @@ import (
 var (
 	// nodeMountRoots: every mount at or under one of these is the node's
 	// (the kubelet bind-mounts its root dir and mounts each pod's token
-	// volumes under it; containerd mounts sandboxes' /dev/shm and
-	// containers' root file systems under its state and root).
-	nodeMountRoots = []string{kubeletRoot, "/run/containerd", nodeRunDir}
-	// nodeNetnsPrefix names the pods' network namespaces, bind-mounted
-	// files the CNI plugin leaves if it is not asked to delete them.
-	nodeNetnsPrefix = "/run/netns/cni-"
+	// volumes under it). The node's containerd mounts sandboxes' /dev/shm,
+	// containers' root file systems and the pods' network namespaces
+	// (netns_mounts_under_state_dir) under its own state dir, in the
+	// node's directory, which is added as a root: nothing mounted under
+	// /run/containerd (another containerd's shims' tasks, docker's
+	// included) nor in /run/netns (podman's, another CNI user's) is ever
+	// the node's.
+	nodeMountRoots = []string{kubeletRoot, nodeRunDir}
 	// nodeRemovedPaths are removed whole once nothing is mounted under
 	// them.
 	nodeRemovedPaths = []string{kubeletRoot, "/run/containerd", nodeRunDir, containersLog,
@@ -76,16 +78,17 @@ func unescapeOctal(s string) string {
 	return b.String()
 }
 
-// nodeMounts returns the mount points that belong to a real node, given
-// every mount point of the machine and the node's own directory in the
-// state dir (empty if unknown): those at or under a root, and the pods'
-// network namespaces. Deepest first, so each can be unmounted in order;
-// a path mounted twice is listed twice.
+// nodeMounts returns the mount points at or under one of roots, given
+// every mount point of the machine: with nodeMountRoots and the node's
+// own directory in the state dir, those that belong to a real node; with
+// a path about to be removed, those still in place under it. Deepest
+// first, so each can be unmounted in order; a path mounted twice is
+// listed twice.
 func nodeMounts(all []mountPoint, roots []string) []string {
 	var out []string
 	for _, m := range all {
 		p := string(m)
-		if strings.HasPrefix(p, nodeNetnsPrefix) || slices.ContainsFunc(roots, func(r string) bool { return r != "" && under(p, r) }) {
+		if slices.ContainsFunc(roots, func(r string) bool { return r != "" && under(p, r) }) {
 			out = append(out, p)
 		}
 	}

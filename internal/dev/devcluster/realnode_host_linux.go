@@ -84,9 +84,6 @@ func findLeftovers(nodeDir string) (hostLeftovers, error) {
 			l.paths = append(l.paths, p)
 		}
 	}
-	if m, _ := filepath.Glob(nodeNetnsPrefix + "*"); len(m) > 0 {
-		l.paths = append(l.paths, m...)
-	}
 	if entries, err := os.ReadDir(cniCacheDir); err == nil {
 		for _, e := range entries {
 			if cniCacheFile(e.Name()) {

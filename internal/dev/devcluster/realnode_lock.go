@@ -4,14 +4,19 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // machineLockPath is the machine-wide lock of the real node: the host
 // paths a node writes (docs/real-node.md) are the machine's, so one real
-// node runs on a machine at a time. The file stays after the node stops:
-// it records the last holder, so the next start knows that what it finds
-// in /var/lib/kubelet is a lull node's.
+// node runs on a machine at a time. The file stays after the node stops.
+// Its record says a lull node may have left something on the machine:
+// it is written once the lock is taken, stays if the node crashes (so the
+// next start knows that what it finds in /var/lib/kubelet is a lull
+// node's), and is cleared by a clean stop, which removed everything (so a
+// /var/lib/kubelet made afterwards is another kubelet's, and refused).
 var machineLockPath = "/run/lull-real-node.lock"
 
 // ErrRealNodeInUse is returned (wrapped) by Start with RealNode when
@@ -43,13 +48,15 @@ func decodeHolder(s string) machineHolder {
 	return h
 }
 
-// realNodeInUseError names the holder and how to stop it.
+// realNodeInUseError names the holder and how to stop it; with no
+// holder (its PID empty) the lock is held by a process that is no node on
+// record: one starting a real node or checking for one.
 type realNodeInUseError struct{ holder machineHolder }
 
 func (e *realNodeInUseError) Error() string {
 	pid, dir := e.holder.PID, e.holder.StateDir
 	if pid == "" {
-		pid = "unknown"
+		return fmt.Sprintf("devcluster: this machine's real node lock %s is held by a process starting a real node or checking for one (no running lull dev is on record); one real node runs per machine: start again in a moment (if it stays held, `fuser -v %s` names the holder) or start without --real-node", machineLockPath, machineLockPath)
 	}
 	if dir == "" {
 		dir = "unknown"
@@ -59,6 +66,56 @@ func (e *realNodeInUseError) Error() string {
 
 func (e *realNodeInUseError) Is(target error) bool { return target == ErrRealNodeInUse }
 
+// machineLock is the machine lock, held while its file is open.
+type machineLock struct{ f *os.File }
+
+// Close is the release of a clean stop, after everything the node wrote
+// was removed: the record is cleared under the lock, then the lock
+// released. A crash (the process gone, the kernel releasing the lock)
+// leaves the record; so does release.
+func (l *machineLock) Close() error {
+	err := l.f.Truncate(0)
+	return errors.Join(err, l.f.Close())
+}
+
+// release gives the lock up keeping the record: the node may have left
+// something, which the next start must take for a lull node's and remove.
+func (l *machineLock) release() error { return l.f.Close() }
+
+// lockRetries and lockRetryEvery: a lock found held is tried again for
+// about a second before a refusal. A CheckRealNodeFree holds it for a
+// moment, and so does a start between its flock and its record write; a
+// refusal then would name a stale record (a node stopped long ago) as the
+// holder. A running node holds it on.
+var (
+	lockRetries    = 10
+	lockRetryEvery = 100 * time.Millisecond
+)
+
+// tryLockPatiently is tryLock, tried again while the lock is held, at
+// most lockRetries times.
+func tryLockPatiently(f *os.File) (held bool, err error) {
+	for i := 0; ; i++ {
+		held, err = tryLock(f)
+		if err != nil || !held || i >= lockRetries {
+			return held, err
+		}
+		time.Sleep(lockRetryEvery)
+	}
+}
+
+// inUse is the refusal of a lock held past tryLockPatiently, given the
+// record then: it names the record's process only if that one is alive.
+// A dead one's record is a node's that stopped (or crashed) before the
+// current holder, which has not written its own yet; "kill <pid>" would
+// point at whatever process has that pid now, or at none.
+func inUse(rec machineHolder) error {
+	if pid, err := strconv.Atoi(rec.PID); err != nil || pid <= 0 || !processAlive(pid) {
+		rec = machineHolder{}
+	}
+	return &realNodeInUseError{holder: rec}
+}
+
 // lockMachine takes the machine lock without blocking and, if accept
 // (nil: accept all) takes the previous holder's record, records this
 // process and stateDir in it. It returns the lock (held until closed or
@@ -67,12 +124,12 @@ func (e *realNodeInUseError) Is(target error) bool { return target == ErrRealNod
 // written, it would tell the next start that a lull real node ran, and
 // that start would take the foreign paths accept refused for leftovers
 // to remove.
-func lockMachine(stateDir string, accept func(prev machineHolder) error) (*os.File, machineHolder, error) {
+func lockMachine(stateDir string, accept func(prev machineHolder) error) (*machineLock, machineHolder, error) {
 	f, err := os.OpenFile(machineLockPath, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, machineHolder{}, fmt.Errorf("open %s: %w (the real node needs root: run as root, or start without --real-node)", machineLockPath, err)
 	}
-	held, err := tryLock(f)
+	held, err := tryLockPatiently(f)
 	if err != nil {
 		f.Close()
 		return nil, machineHolder{}, fmt.Errorf("lock %s: %w", machineLockPath, err)
@@ -81,7 +138,7 @@ func lockMachine(stateDir string, accept func(prev machineHolder) error) (*os.Fi
 	prev := decodeHolder(string(b))
 	if held {
 		f.Close()
-		return nil, machineHolder{}, &realNodeInUseError{holder: prev}
+		return nil, machineHolder{}, inUse(prev)
 	}
 	if accept != nil {
 		if err := accept(prev); err != nil {
@@ -97,11 +154,11 @@ func lockMachine(stateDir string, accept func(prev machineHolder) error) (*os.Fi
 		f.Close()
 		return nil, machineHolder{}, fmt.Errorf("write %s: %w", machineLockPath, err)
 	}
-	return f, prev, nil
+	return &machineLock{f: f}, prev, nil
 }
 
 // CheckRealNodeFree returns an error matching ErrRealNodeInUse, naming
-// the holder, if another process runs this machine's real node now; nil
+// the holder (see inUse), if another process runs this machine's real node now; nil
 // otherwise. It holds nothing: Start takes the lock for itself (and may
 // still find it taken). It lets a caller refuse before slow preparations,
 // such as building the node's images.
@@ -111,10 +168,10 @@ func CheckRealNodeFree() error {
 		return nil // no real node ever ran, or Start will name the problem
 	}
 	defer f.Close() // releases the lock if tryLock took it
-	held, err := tryLock(f)
+	held, err := tryLockPatiently(f)
 	if err != nil || !held {
 		return nil
 	}
 	b, _ := os.ReadFile(machineLockPath)
-	return &realNodeInUseError{holder: decodeHolder(string(b))}
+	return inUse(decodeHolder(string(b)))
 }

@@ -9,41 +9,50 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Every mount a real node makes, and only those, is found for clean-up,
 // deepest first, so unmounting in order never leaves one under another:
 // the kubelet's bind mount of its root and the pods' token volumes under
-// it, containerd's shm and root file system mounts in the state dir, the
-// pods' network namespaces. The machine's own mounts are never listed,
-// not even one whose path merely starts like a node path.
+// it, and containerd's mounts in its state dir: sandboxes' shm,
+// containers' root file systems (the task dir is in the state dir) and
+// the pods' network namespaces (netns_mounts_under_state_dir). The
+// machine's own mounts are never listed, not even one whose path merely
+// starts like a node path, nor any in /run/netns or under /run/containerd,
+// where the node's containerd mounts nothing: those are another runtime's,
+// a cni-* netns and a k8s.io task included (the machine's own containerd
+// or k3s makes them too).
 func TestNodeMountsFindsEveryNodeMountDeepestFirst(t *testing.T) {
+	const state = "/tmp/st/real-node/containerd/state"
 	mountinfo := strings.Join([]string{
 		`22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw`,
 		`25 22 0:21 / /sys/fs/cgroup rw shared:4 - tmpfs tmpfs rw`,
 		`40 22 254:0 /var/lib/kubelet /var/lib/kubelet rw shared:20 - ext4 /dev/vda rw`,
 		`41 40 0:50 / /var/lib/kubelet/pods/uid-1/volumes/kubernetes.io~projected/kube-api-access-x rw - tmpfs tmpfs rw`,
-		`42 22 0:4 net:[4026532300] /run/netns/cni-1234 rw shared:21 - nsfs nsfs rw`,
-		`43 22 0:51 / /tmp/st/real-node/containerd/state/io.containerd.grpc.v1.cri/sandboxes/abc/shm rw - tmpfs shm rw`,
-		`44 22 0:52 / /run/containerd/io.containerd.runtime.v2.task/k8s.io/abc/rootfs rw - overlay overlay rw`,
+		`42 22 0:4 net:[4026532300] ` + state + `/io.containerd.grpc.v1.cri/netns/cni-1234 rw shared:21 - nsfs nsfs rw`,
+		`43 22 0:51 / ` + state + `/io.containerd.grpc.v1.cri/sandboxes/abc/shm rw - tmpfs shm rw`,
+		`44 22 0:52 / ` + state + `/io.containerd.runtime.v2.task/k8s.io/abc/rootfs rw - overlay overlay rw`,
 		`45 22 254:0 / /var/lib/kubelet-other rw - ext4 /dev/vda rw`,
 		`46 22 0:53 / /tmp/st/real-node/a\040b rw - tmpfs tmpfs rw`,
 		`47 22 0:4 net:[4026532301] /run/netns/other rw - nsfs nsfs rw`,
+		`48 22 0:4 net:[4026532302] /run/netns/cni-5678 rw - nsfs nsfs rw`,
+		`49 22 0:54 / /run/containerd/io.containerd.runtime.v2.task/k8s.io/def/rootfs rw - overlay overlay rw`,
 	}, "\n")
-	got := nodeMounts(parseMountinfo(mountinfo), []string{kubeletRoot, "/run/containerd", nodeRunDir, "/tmp/st/real-node"})
+	got := nodeMounts(parseMountinfo(mountinfo), append(slices.Clone(nodeMountRoots), "/tmp/st/real-node"))
 	for _, want := range []string{
 		"/var/lib/kubelet",
 		"/var/lib/kubelet/pods/uid-1/volumes/kubernetes.io~projected/kube-api-access-x",
-		"/run/netns/cni-1234",
-		"/tmp/st/real-node/containerd/state/io.containerd.grpc.v1.cri/sandboxes/abc/shm",
-		"/run/containerd/io.containerd.runtime.v2.task/k8s.io/abc/rootfs",
+		state + "/io.containerd.grpc.v1.cri/netns/cni-1234",
+		state + "/io.containerd.grpc.v1.cri/sandboxes/abc/shm",
+		state + "/io.containerd.runtime.v2.task/k8s.io/abc/rootfs",
 		"/tmp/st/real-node/a b",
 	} {
 		if !slices.Contains(got, want) {
 			t.Errorf("mount %s not found; got %q", want, got)
 		}
 	}
-	for _, not := range []string{"/", "/sys/fs/cgroup", "/var/lib/kubelet-other", "/run/netns/other"} {
+	for _, not := range []string{"/", "/sys/fs/cgroup", "/var/lib/kubelet-other", "/run/netns/other", "/run/netns/cni-5678", "/run/containerd/io.containerd.runtime.v2.task/k8s.io/def/rootfs"} {
 		if slices.Contains(got, not) {
 			t.Errorf("the machine's mount %s listed for clean-up", not)
 		}
@@ -92,8 +101,8 @@ func TestCNICacheFileIsTheNodesOnly(t *testing.T) {
 
 // A second real node on the machine is refused while the first holds the
 // lock, with an error naming the holder's pid and state dir; once the
-// first is gone the lock is free, and the next holder learns the last
-// one's state dir (whose leftovers it must remove).
+// first is gone (crashed, its record kept) the lock is free, and the next
+// holder learns the last one's state dir (whose leftovers it must remove).
 func TestMachineLockRefusesASecondNodeNamingTheHolder(t *testing.T) {
 	old := machineLockPath
 	machineLockPath = filepath.Join(t.TempDir(), "real-node.lock")
@@ -118,7 +127,7 @@ func TestMachineLockRefusesASecondNodeNamingTheHolder(t *testing.T) {
 	if err := CheckRealNodeFree(); !errors.Is(err, ErrRealNodeInUse) || !strings.Contains(err.Error(), "/tmp/state-a") {
 		t.Errorf("CheckRealNodeFree while held: %v, want ErrRealNodeInUse naming the holder", err)
 	}
-	first.Close()
+	first.release() // a crash: the lock is released, the record stays
 	if err := CheckRealNodeFree(); err != nil {
 		t.Errorf("CheckRealNodeFree once released: %v", err)
 	}
@@ -205,4 +214,42 @@ func TestForeignHostPathsAreRefusedNotCleaned(t *testing.T) {
 	if err := checkNotForeign(machineHolder{PID: "1", StateDir: "/tmp/st"}, p); err == nil || !strings.Contains(err.Error(), "systemctl stop containerd") {
 		t.Errorf("the machine's own containerd: %v, want a refusal with the fix", err)
 	}
+}
+
+// A lock held only for a moment (a CheckRealNodeFree, a start between its
+// flock and its record write) is waited for, not refused; one held on
+// with no live process on record is refused naming the cause and the fix,
+// with no pid to kill.
+func TestALockHeldForAMomentIsWaitedForAndANamelessHolderGetsNoKill(t *testing.T) {
+	old := machineLockPath
+	machineLockPath = filepath.Join(t.TempDir(), "real-node.lock")
+	t.Cleanup(func() { machineLockPath = old })
+	if err := os.WriteFile(machineLockPath, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check, err := os.Open(machineLockPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, err := tryLock(check); err != nil || held {
+		t.Fatalf("tryLock: held %v, %v", held, err)
+	}
+	err = CheckRealNodeFree()
+	if !errors.Is(err, ErrRealNodeInUse) {
+		t.Fatalf("CheckRealNodeFree with the lock held on: %v, want ErrRealNodeInUse", err)
+	}
+	containsAll(t, "held by no node on record", err.Error(), machineLockPath, "start again", "fuser -v")
+	if strings.Contains(err.Error(), "kill") {
+		t.Errorf("refusal %q names a process to kill, with none on record", err)
+	}
+
+	go func() {
+		time.Sleep(3 * lockRetryEvery)
+		check.Close()
+	}()
+	f, _, err := lockMachine("/tmp/state-a", nil)
+	if err != nil {
+		t.Fatalf("a lock held for %v refused: %v", 3*lockRetryEvery, err)
+	}
+	f.Close()
 }
